@@ -1,0 +1,44 @@
+# Shared by scripts/*.sh: where the build goes and how missing tools get installed.
+# Sourced, not run.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Build output outside the checkout, so a fresh clone on the same machine reuses it.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kubeless-rs/target}"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+log() { printf '==> %s\n' "$*" >&2; }
+
+# apt-get install, only for packages not installed yet; retried because one install on these
+# machines failed once for no visible reason and passed on the second try.
+ensure_apt() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "apt-get install ${missing[*]}"
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  for attempt in 1 2 3; do
+    if $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null; then
+      return 0
+    fi
+    log "apt-get failed (attempt $attempt), retrying"; sleep 5
+  done
+  return 1
+}
+
+# pip install for python modules that do not import yet: ensure_pip MODULE=REQUIREMENT ...
+ensure_pip() {
+  local reqs=()
+  for pair in "$@"; do
+    python3 -c "import ${pair%%=*}" >/dev/null 2>&1 || reqs+=("${pair#*=}")
+  done
+  [ ${#reqs[@]} -eq 0 ] && return 0
+  log "pip install ${reqs[*]}"
+  python3 -m pip install -q --disable-pip-version-check "${reqs[@]}"
+}
+
+ensure_tools() {
+  ensure_apt kubernetes-client
+  ensure_pip yaml=pyyaml helm_python=helm-python-sdk
+}

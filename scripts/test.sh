@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone on a fresh machine: installs what is missing, checks
+# formatting and lints, builds every binary and runs every test. .ci/run calls exactly this.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+ensure_tools
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# Tests start the real binaries (devcluster, the services, the runtime), so build them first.
+log "cargo build --bins"
+cargo build --workspace --bins --locked
+
+log "cargo test"
+cargo test --workspace --locked
