@@ -1,1 +1,19 @@
-//! placeholder
+//! The scaffold every kubeless service binary uses: shared flags ([`ServiceArgs`]), logging and
+//! tracing ([`telemetry`]), one metrics registry ([`Metrics`]), the admin server
+//! (/metrics, /healthz, /readyz), graceful shutdown ([`Shutdown`]), Lease leader election
+//! ([`lease`]) and [`run`], which ties them together for a service's `main`.
+
+pub mod admin;
+pub mod args;
+pub mod lease;
+pub mod metrics;
+pub mod run;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use admin::{AdminServer, Readiness};
+pub use args::{ServiceArgs, ServiceConfig};
+pub use lease::{LeaderElector, LeaseConfig};
+pub use metrics::Metrics;
+pub use run::{Context, METRICS_PREFIX, RunError, run, run_inner};
+pub use shutdown::Shutdown;
