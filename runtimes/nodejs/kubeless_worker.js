@@ -1,0 +1,233 @@
+'use strict';
+// Node.js worker for the kubeless-rs runtime proxy.
+//
+// The proxy starts N of these. Each one requires MOD_NAME from the install
+// volume, connects to the unix socket in KUBELESS_WORKER_SOCKET and answers
+// one framed call at a time: u32 header length, JSON header, u32 body
+// length, body. console output goes to the process's stdout/stderr, which
+// the proxy passes through to the container log; frames never share them.
+
+const net = require('net');
+const path = require('path');
+const Module = require('module');
+const { URLSearchParams } = require('url');
+const { TextDecoder } = require('util');
+
+const COALESCE = 64 * 1024;
+const volume = process.env.KUBELESS_INSTALL_VOLUME || process.cwd();
+const modName = process.env.MOD_NAME || '';
+const funcName = process.env.FUNC_HANDLER || '';
+
+// Dependencies installed by `kubeless-runtime install` and our `kubeless` helper module.
+process.env.NODE_PATH = [path.join(volume, 'node_modules'), path.join(__dirname, 'modules'), process.env.NODE_PATH]
+  .filter(Boolean)
+  .join(path.delimiter);
+Module._initPaths();
+
+const { Response } = require('kubeless');
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+const context = {
+  'function-name': funcName,
+  timeout: process.env.FUNC_TIMEOUT || '',
+  runtime: process.env.FUNC_RUNTIME || '',
+  'memory-limit': process.env.FUNC_MEMORY_LIMIT || '',
+};
+
+function isJson(ctype) {
+  if (!ctype) return false;
+  const media = ctype.split(';', 1)[0].trim().toLowerCase();
+  return media === 'application/json' || media.endsWith('+json');
+}
+
+function encode(value) {
+  if (value === undefined || value === null) return [Buffer.alloc(0), null];
+  if (typeof value === 'string') return [Buffer.from(value, 'utf8'), 'text/plain; charset=utf-8'];
+  if (Buffer.isBuffer(value)) return [value, 'application/octet-stream'];
+  if (value instanceof Uint8Array) return [Buffer.from(value.buffer, value.byteOffset, value.byteLength), 'application/octet-stream'];
+  if (value instanceof ArrayBuffer) return [Buffer.from(value), 'application/octet-stream'];
+  return [Buffer.from(JSON.stringify(value), 'utf8'), 'application/json'];
+}
+
+function toResponse(status, headers, value) {
+  const [body, ctype] = encode(value);
+  const out = [];
+  for (const [k, v] of Object.entries(headers || {})) {
+    if (Array.isArray(v)) for (const x of v) out.push([String(k), String(x)]);
+    else out.push([String(k), String(v)]);
+  }
+  if (ctype && !out.some(([k]) => k.toLowerCase() === 'content-type')) out.push(['content-type', ctype]);
+  return [{ status: Number(status) || 200, headers: out }, body];
+}
+
+// An express-like response for functions written against Kubeless's `event.extensions.response`.
+class ResponseWriter {
+  constructor() {
+    this.statusCode = 200;
+    this.headers = {};
+    this.sent = false;
+    this.body = undefined;
+  }
+  status(code) { this.statusCode = code; return this; }
+  set(name, value) {
+    if (typeof name === 'object') Object.assign(this.headers, name);
+    else this.headers[name] = value;
+    return this;
+  }
+  setHeader(name, value) { return this.set(name, value); }
+  header(name, value) { return this.set(name, value); }
+  get(name) {
+    const key = Object.keys(this.headers).find((k) => k.toLowerCase() === String(name).toLowerCase());
+    return key === undefined ? undefined : this.headers[key];
+  }
+  send(body) { this.body = body; this.sent = true; return this; }
+  json(body) { this.set('content-type', 'application/json'); return this.send(JSON.stringify(body)); }
+  end(body) { return this.send(body === undefined ? '' : body); }
+  sendStatus(code) { this.statusCode = code; return this.send(String(code)); }
+}
+
+function buildRequest(head, body) {
+  const headers = {};
+  for (const [k, v] of head.headers) headers[k] = k in headers ? `${headers[k]}, ${v}` : v;
+  const query = {};
+  for (const [k, v] of new URLSearchParams(head.query)) query[k] = v;
+  return {
+    method: head.method,
+    url: head.url,
+    originalUrl: head.url,
+    path: head.path,
+    query,
+    headers,
+    body,
+    ip: head.remote_addr,
+    get(name) { return headers[String(name).toLowerCase()]; },
+    header(name) { return headers[String(name).toLowerCase()]; },
+  };
+}
+
+function eventData(headers, body) {
+  const ctype = headers['content-type'];
+  if (isJson(ctype)) {
+    if (body.length === 0) return undefined;
+    try { return JSON.parse(body.toString('utf8')); } catch (_) { return body.toString('utf8'); }
+  }
+  if (ctype && ctype.split(';', 1)[0].trim().toLowerCase() === 'application/octet-stream') return body;
+  // Text stays a string like in Kubeless; anything that is not UTF-8 stays raw bytes.
+  try { return utf8.decode(body); } catch (_) { return body; }
+}
+
+function writeFrame(sock, head, body) {
+  const h = Buffer.from(JSON.stringify(head), 'utf8');
+  const pre = Buffer.allocUnsafe(8 + h.length);
+  pre.writeUInt32BE(h.length, 0);
+  h.copy(pre, 4);
+  pre.writeUInt32BE(body.length, 4 + h.length);
+  if (body.length <= COALESCE) {
+    sock.write(body.length ? Buffer.concat([pre, body]) : pre);
+  } else {
+    sock.cork();
+    sock.write(pre);
+    sock.write(body);
+    sock.uncork();
+  }
+}
+
+async function invoke(fn, head, body) {
+  const req = buildRequest(head, body);
+  const res = new ResponseWriter();
+  const event = {
+    data: eventData(req.headers, body),
+    'event-id': req.headers['event-id'],
+    'event-type': req.headers['event-type'],
+    'event-time': req.headers['event-time'],
+    'event-namespace': req.headers['event-namespace'],
+    extensions: { request: req, response: res },
+  };
+  try {
+    const result = await fn(event, context);
+    if (res.sent) return toResponse(res.statusCode, res.headers, res.body);
+    if (result instanceof Response) return toResponse(result.status, result.headers, result.body);
+    return toResponse(200, {}, result);
+  } catch (err) {
+    console.error(err && err.stack ? err.stack : err);
+    const head = {
+      status: 500,
+      headers: [['content-type', 'text/plain; charset=utf-8']],
+      error: String(err && err.message !== undefined ? `${err.name || 'Error'}: ${err.message}` : err),
+    };
+    return [head, Buffer.from('Internal Server Error\n')];
+  }
+}
+
+// Frame reader: collects chunks and cuts exactly-sized pieces, copying each byte once.
+class Reader {
+  constructor() { this.chunks = []; this.size = 0; }
+  push(chunk) { this.chunks.push(chunk); this.size += chunk.length; }
+  take(n) {
+    if (this.size < n) return null;
+    const all = this.chunks.length === 1 ? this.chunks[0] : Buffer.concat(this.chunks, this.size);
+    const out = all.subarray(0, n);
+    const rest = all.subarray(n);
+    this.chunks = rest.length ? [rest] : [];
+    this.size = rest.length;
+    return out;
+  }
+}
+
+function main() {
+  const sockPath = process.env.KUBELESS_WORKER_SOCKET;
+  if (!sockPath) {
+    console.error('kubeless worker: KUBELESS_WORKER_SOCKET is not set');
+    process.exit(2);
+  }
+  const sock = net.createConnection(sockPath);
+  sock.setNoDelay && sock.setNoDelay(true);
+  sock.on('error', (err) => { console.error('kubeless worker: socket error', err); process.exit(1); });
+  sock.on('close', () => process.exit(0));
+
+  let fn;
+  try {
+    const mod = require(path.resolve(volume, modName));
+    fn = mod[funcName];
+    if (typeof fn !== 'function') throw new TypeError(`${modName}.${funcName} is not a function`);
+  } catch (err) {
+    console.error(err && err.stack ? err.stack : err);
+    writeFrame(sock, { ready: false, error: `cannot load ${modName}.${funcName}: ${err && err.message}` }, Buffer.alloc(0));
+    sock.end(() => process.exit(1));
+    return;
+  }
+  // A stray error in a callback must not take the worker down.
+  process.on('uncaughtException', (err) => console.error('uncaught exception:', err && err.stack ? err.stack : err));
+  process.on('unhandledRejection', (err) => console.error('unhandled rejection:', err && err.stack ? err.stack : err));
+  writeFrame(sock, { ready: true, pid: process.pid }, Buffer.alloc(0));
+
+  const reader = new Reader();
+  let state = 0; // 0: header length, 1: header, 2: body length, 3: body, 4: busy
+  let need = 4;
+  let head = null;
+  const pump = () => {
+    for (;;) {
+      if (state === 4) return;
+      const piece = reader.take(need);
+      if (piece === null) return;
+      if (state === 0) { need = piece.readUInt32BE(0); state = 1; }
+      else if (state === 1) { head = JSON.parse(piece.toString('utf8')); need = 4; state = 2; }
+      else if (state === 2) { need = piece.readUInt32BE(0); state = 3; }
+      else {
+        // Copy the body out of the shared chunk so the function may keep it.
+        const body = Buffer.from(piece);
+        state = 4;
+        invoke(fn, head, body).then(([rhead, rbody]) => {
+          writeFrame(sock, rhead, rbody);
+          state = 0; need = 4; head = null;
+          pump();
+        });
+        return;
+      }
+      if (need === 0 && state === 3) continue;
+    }
+  };
+  sock.on('data', (chunk) => { reader.push(chunk); pump(); });
+}
+
+main();

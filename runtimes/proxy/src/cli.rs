@@ -1,0 +1,147 @@
+//! Command line: `serve` (default), `prepare`, `install`. Every flag has an env fallback.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubeless-runtime",
+    version,
+    about = "Kubeless-compatible function runtime. Without a subcommand it runs `serve` configured from the environment."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the function over HTTP on FUNC_PORT with a pool of language workers.
+    Serve(ServeArgs),
+    /// Init step 1: decode/download the function, verify its checksum, unpack it and copy the deps file.
+    Prepare(PrepareArgs),
+    /// Init step 2: install the function's dependencies into the install volume.
+    Install(InstallArgs),
+    /// Built-in worker that answers every call with "hello world" (for benchmarks).
+    #[command(hide = true)]
+    NoopWorker,
+}
+
+/// Which worker implementation `serve` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WorkerKind {
+    /// Chosen from FUNC_RUNTIME (`python*` or `nodejs*`).
+    Auto,
+    Python,
+    Nodejs,
+    /// The built-in no-op worker (this binary), for measuring the proxy itself.
+    Noop,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Port to listen on.
+    #[arg(long, env = "FUNC_PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, env = "KUBELESS_LISTEN_ADDRESS", default_value = "0.0.0.0")]
+    pub listen_address: std::net::IpAddr,
+    /// Function name inside the module.
+    #[arg(long, env = "FUNC_HANDLER")]
+    pub handler: Option<String>,
+    /// Module (file name without suffix) that holds the function.
+    #[arg(long = "module", env = "MOD_NAME")]
+    pub module: Option<String>,
+    /// Seconds a call may run before it is answered with 408 and its worker replaced.
+    #[arg(long, env = "FUNC_TIMEOUT", default_value = "180")]
+    pub timeout: String,
+    /// Runtime id and version, e.g. `python3.11` or `nodejs20`.
+    #[arg(long, env = "FUNC_RUNTIME", default_value = "")]
+    pub runtime: String,
+    /// Memory limit string passed to the function's context.
+    #[arg(long, env = "FUNC_MEMORY_LIMIT", default_value = "")]
+    pub memory_limit: String,
+    /// Folder holding the function code and its installed dependencies.
+    #[arg(long, env = "KUBELESS_INSTALL_VOLUME")]
+    pub install_volume: Option<PathBuf>,
+    /// Number of worker processes (default: available CPUs).
+    #[arg(long, env = "KUBELESS_WORKERS")]
+    pub workers: Option<usize>,
+    /// Worker implementation.
+    #[arg(long, env = "KUBELESS_WORKER", value_enum, default_value_t = WorkerKind::Auto)]
+    pub worker: WorkerKind,
+    /// Python interpreter for the Python worker.
+    #[arg(long, env = "KUBELESS_PYTHON", default_value = "python3")]
+    pub python: PathBuf,
+    /// Path of the Python worker script.
+    #[arg(
+        long,
+        env = "KUBELESS_PYTHON_WORKER",
+        default_value = "/opt/kubeless/python/kubeless_worker.py"
+    )]
+    pub python_worker: PathBuf,
+    /// Node.js executable for the Node worker.
+    #[arg(long, env = "KUBELESS_NODE", default_value = "node")]
+    pub node: PathBuf,
+    /// Path of the Node.js worker script.
+    #[arg(
+        long,
+        env = "KUBELESS_NODEJS_WORKER",
+        default_value = "/opt/kubeless/nodejs/kubeless_worker.js"
+    )]
+    pub nodejs_worker: PathBuf,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "KUBELESS_MAX_BODY_BYTES", default_value_t = 100 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Seconds a worker may take to load the function.
+    #[arg(long, env = "KUBELESS_WORKER_START_TIMEOUT", default_value_t = 60.0)]
+    pub worker_start_timeout: f64,
+    /// Folder for the worker sockets (default: a fresh temporary folder).
+    #[arg(long, env = "KUBELESS_SOCKET_DIR")]
+    pub socket_dir: Option<PathBuf>,
+    /// Write one access-log line per request to stdout.
+    #[arg(long, env = "KUBELESS_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
+    pub access_log: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PrepareArgs {
+    /// File holding the function: its text, its base64 encoding or its URL (e.g. `<src>/handler.py`).
+    #[arg(long, env = "KUBELESS_FUNC_SOURCE")]
+    pub source: PathBuf,
+    /// `text`, `base64` or `url`, optionally with `+zip` or `+compressedtar`, and `+deps`.
+    #[arg(long, env = "KUBELESS_FUNC_CONTENT_TYPE", default_value = "text")]
+    pub content_type: String,
+    /// `sha256:<hex>` of the decoded or downloaded content; empty skips the check.
+    #[arg(long, env = "KUBELESS_FUNC_CHECKSUM", default_value = "")]
+    pub checksum: String,
+    /// Destination folder (the install volume).
+    #[arg(long, env = "KUBELESS_INSTALL_VOLUME")]
+    pub dest: PathBuf,
+    /// Dependency file to copy into the destination (skipped if absent or with `+deps`).
+    #[arg(long, env = "KUBELESS_DEPS_FILE")]
+    pub deps: Option<PathBuf>,
+    /// File name for single-file content (default: the source's file name).
+    #[arg(long, env = "KUBELESS_FUNC_FILE_NAME")]
+    pub file_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct InstallArgs {
+    /// Runtime id and version, e.g. `python3.11` or `nodejs20`.
+    #[arg(long, env = "FUNC_RUNTIME")]
+    pub runtime: String,
+    /// Dependency file (`requirements.txt` or `package.json`); absent or empty means nothing to do.
+    #[arg(long, env = "KUBELESS_DEPS_FILE")]
+    pub deps: PathBuf,
+    /// Install volume to install into.
+    #[arg(long, env = "KUBELESS_INSTALL_VOLUME")]
+    pub dir: PathBuf,
+    /// Python interpreter (default: `python<version>` when on PATH, else `python3`).
+    #[arg(long, env = "KUBELESS_PYTHON")]
+    pub python: Option<PathBuf>,
+    /// npm executable.
+    #[arg(long, env = "KUBELESS_NPM", default_value = "npm")]
+    pub npm: PathBuf,
+}

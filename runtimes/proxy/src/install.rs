@@ -1,0 +1,135 @@
+//! `install`: the second init step. Installs the function's dependencies
+//! into the install volume, where the workers look for them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::cli::InstallArgs;
+use crate::server::PYTHON_PACKAGES_DIR;
+
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("no dependency installer for runtime {0:?} (supported: python*, nodejs*)")]
+    UnknownRuntime(String),
+    #[error("cannot read the dependency file {path}")]
+    ReadDeps {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot prepare {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot run {program}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("`{command}` failed with {status}; its output is above")]
+    Failed { command: String, status: std::process::ExitStatus },
+}
+
+/// What was done, for the log.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Installed {
+    NothingToDo,
+    Python { target: PathBuf },
+    Node { prefix: PathBuf },
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false)
+}
+
+fn run(mut cmd: Command) -> Result<(), InstallError> {
+    let command = format!("{cmd:?}");
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    // Installer output goes to the init container's log; stdout would mix with ours.
+    let status = cmd
+        .stdout(std::process::Stdio::from(std::io::stderr()))
+        .status()
+        .map_err(|source| InstallError::Spawn { program, source })?;
+    if !status.success() {
+        return Err(InstallError::Failed { command, status });
+    }
+    Ok(())
+}
+
+fn python_program(args: &InstallArgs) -> PathBuf {
+    if let Some(p) = &args.python {
+        return p.clone();
+    }
+    // `python3.11` -> try `python3.11` first, so the deps match the worker's interpreter.
+    let versioned = args.runtime.trim().to_owned();
+    if versioned.len() > "python".len() && on_path(&versioned) {
+        return PathBuf::from(versioned);
+    }
+    PathBuf::from("python3")
+}
+
+/// Run the install step.
+pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
+    let deps = match std::fs::read_to_string(&args.deps) {
+        Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Installed::NothingToDo),
+        Err(source) => {
+            return Err(InstallError::ReadDeps {
+                path: args.deps.clone(),
+                source,
+            });
+        }
+    };
+    if deps.trim().is_empty() {
+        return Ok(Installed::NothingToDo);
+    }
+    let runtime = args.runtime.trim();
+    if runtime.starts_with("python") {
+        let target = args.dir.join(PYTHON_PACKAGES_DIR);
+        let mut cmd = Command::new(python_program(args));
+        cmd.args(["-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--target"])
+            .arg(&target)
+            .arg("-r")
+            .arg(&args.deps);
+        run(cmd)?;
+        Ok(Installed::Python { target })
+    } else if runtime.starts_with("nodejs") || runtime.starts_with("node") {
+        // npm reads <prefix>/package.json.
+        let manifest = args.dir.join("package.json");
+        if !same_file(&args.deps, &manifest) {
+            std::fs::create_dir_all(&args.dir).map_err(|source| InstallError::Write {
+                path: args.dir.clone(),
+                source,
+            })?;
+            std::fs::write(&manifest, deps.as_bytes()).map_err(|source| InstallError::Write {
+                path: manifest.clone(),
+                source,
+            })?;
+        }
+        let mut cmd = Command::new(&args.npm);
+        cmd.args(["install", "--no-audit", "--no-fund", "--omit=dev", "--prefix"])
+            .arg(&args.dir);
+        // The function user's HOME may not be writable; keep npm's cache in the volume's temp space.
+        if std::env::var_os("npm_config_cache").is_none() {
+            cmd.env("npm_config_cache", std::env::temp_dir().join("kubeless-npm-cache"));
+        }
+        run(cmd)?;
+        Ok(Installed::Node {
+            prefix: args.dir.clone(),
+        })
+    } else {
+        Err(InstallError::UnknownRuntime(runtime.to_owned()))
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}

@@ -1,0 +1,378 @@
+//! `serve`: the HTTP side of the runtime.
+
+use std::convert::Infallible;
+use std::ffi::OsString;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+use crate::cli::{ServeArgs, WorkerKind};
+use crate::metrics::{self, Metrics};
+use crate::pool::{CallOutcome, Pool, PoolStartError, WorkerSpec};
+use crate::protocol::{self, RequestHead};
+
+/// Sub-folder of the install volume that `install` fills with pip packages.
+pub const PYTHON_PACKAGES_DIR: &str = ".python-packages";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0} is required (flag --{1} or env {2})")]
+    Missing(&'static str, &'static str, &'static str),
+    #[error("FUNC_TIMEOUT {0:?} is not a positive number of seconds")]
+    BadTimeout(String),
+    #[error("cannot tell the worker language from FUNC_RUNTIME {0:?}; set KUBELESS_WORKER")]
+    UnknownRuntime(String),
+    #[error("cannot create the worker socket folder")]
+    SocketDir(#[source] std::io::Error),
+    #[error(transparent)]
+    Pool(#[from] PoolStartError),
+    #[error("cannot listen on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+struct State {
+    pool: Pool,
+    metrics: Metrics,
+    timeout: Duration,
+    max_body: usize,
+    access_log: bool,
+}
+
+/// A bound, ready server; `run` serves until SIGTERM/SIGINT.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<State>,
+    // Kept alive so the socket folder lives as long as the server.
+    _socket_dir: Option<tempfile::TempDir>,
+}
+
+fn parse_timeout(s: &str) -> Result<Duration, ServeError> {
+    let secs: f64 = s.trim().parse().map_err(|_| ServeError::BadTimeout(s.into()))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(ServeError::BadTimeout(s.into()));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| ServeError::BadTimeout(s.into()))
+}
+
+fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeError> {
+    let kind = match args.worker {
+        WorkerKind::Auto if args.runtime.starts_with("python") => WorkerKind::Python,
+        WorkerKind::Auto if args.runtime.starts_with("nodejs") || args.runtime.starts_with("node") => {
+            WorkerKind::Nodejs
+        }
+        WorkerKind::Auto => return Err(ServeError::UnknownRuntime(args.runtime.clone())),
+        k => k,
+    };
+    Ok(match kind {
+        WorkerKind::Python => (
+            args.python.clone().into_os_string(),
+            vec![args.python_worker.clone().into_os_string()],
+        ),
+        WorkerKind::Nodejs => (
+            args.node.clone().into_os_string(),
+            vec![args.nodejs_worker.clone().into_os_string()],
+        ),
+        WorkerKind::Noop | WorkerKind::Auto => {
+            let exe = std::env::current_exe().map_err(ServeError::SocketDir)?;
+            (exe.into_os_string(), vec!["noop-worker".into()])
+        }
+    })
+}
+
+impl Server {
+    /// Validate the config, start the workers and bind the port.
+    pub async fn bind(args: ServeArgs) -> Result<Self, ServeError> {
+        let timeout = parse_timeout(&args.timeout)?;
+        let (program, wargs) = worker_command(&args)?;
+        let noop = args.worker == WorkerKind::Noop;
+        let handler = match (&args.handler, noop) {
+            (Some(h), _) => h.clone(),
+            (None, true) => String::new(),
+            (None, false) => return Err(ServeError::Missing("the function name", "handler", "FUNC_HANDLER")),
+        };
+        let module = match (&args.module, noop) {
+            (Some(m), _) => m.clone(),
+            (None, true) => String::new(),
+            (None, false) => return Err(ServeError::Missing("the module name", "module", "MOD_NAME")),
+        };
+        let volume: PathBuf = match (&args.install_volume, noop) {
+            (Some(v), _) => v.clone(),
+            (None, true) => PathBuf::from("."),
+            (None, false) => {
+                return Err(ServeError::Missing(
+                    "the install volume",
+                    "install-volume",
+                    "KUBELESS_INSTALL_VOLUME",
+                ));
+            }
+        };
+        // Workers resolve the function relative to this, whatever their cwd.
+        let volume = std::path::absolute(&volume).unwrap_or(volume);
+        let (socket_dir, tmp) = match &args.socket_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(ServeError::SocketDir)?;
+                (d.clone(), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("kubeless-runtime-")
+                    .tempdir()
+                    .map_err(ServeError::SocketDir)?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let env: Vec<(OsString, OsString)> = vec![
+            ("FUNC_HANDLER".into(), handler.into()),
+            ("MOD_NAME".into(), module.into()),
+            ("FUNC_TIMEOUT".into(), args.timeout.clone().into()),
+            ("FUNC_RUNTIME".into(), args.runtime.clone().into()),
+            ("FUNC_MEMORY_LIMIT".into(), args.memory_limit.clone().into()),
+            ("KUBELESS_INSTALL_VOLUME".into(), volume.clone().into_os_string()),
+            (
+                "KUBELESS_PYTHON_PACKAGES".into(),
+                volume.join(PYTHON_PACKAGES_DIR).into_os_string(),
+            ),
+            ("PYTHONUNBUFFERED".into(), "1".into()),
+        ];
+        let size = args
+            .workers
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let spec = WorkerSpec {
+            program,
+            args: wargs,
+            env,
+            socket_dir,
+            start_timeout: Duration::try_from_secs_f64(args.worker_start_timeout)
+                .unwrap_or(Duration::from_secs(60)),
+        };
+        let pool = Pool::start(spec, size, timeout).await?;
+        let addr = SocketAddr::new(args.listen_address, args.port);
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        tracing::info!(%addr, workers = pool.size(), timeout_s = timeout.as_secs_f64(), "function runtime ready");
+        Ok(Self {
+            listener,
+            state: Arc::new(State {
+                pool,
+                metrics: Metrics::new(),
+                timeout,
+                max_body: args.max_body_bytes,
+                access_log: args.access_log,
+            }),
+            _socket_dir: tmp,
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accept connections until a shutdown signal; in-flight calls get up to the function timeout to finish.
+    pub async fn run(self) {
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        // Each connection task holds a clone; the count tells when all have ended.
+        let tracker = Arc::new(());
+        loop {
+            let accepted = tokio::select! {
+                a = self.listener.accept() => a,
+                () = &mut shutdown => break,
+            };
+            let (stream, remote) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let state = self.state.clone();
+            let guard = tracker.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let state = state.clone();
+                    async move { Ok::<_, Infallible>(handle(state, req, remote).await) }
+                });
+                let builder = auto::Builder::new(TokioExecutor::new());
+                if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                drop(guard);
+            });
+        }
+        tracing::info!("shutting down: waiting for in-flight calls");
+        let deadline = Instant::now() + self.state.timeout;
+        while Arc::strong_count(&tracker) > 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Headers the proxy manages itself; a worker's value for them is dropped.
+fn is_managed_header(name: &str) -> bool {
+    matches!(
+        name,
+        "content-length" | "transfer-encoding" | "connection" | "keep-alive" | "upgrade" | "te" | "trailer"
+    )
+}
+
+async fn handle(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) -> Response<Full<Bytes>> {
+    let start = Instant::now();
+    let method = req.method().clone();
+    let version = req.version();
+    let path_and_query = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "/".into());
+    let resp = match req.uri().path() {
+        "/healthz" => text(StatusCode::OK, "OK"),
+        "/metrics" => match state.metrics.encode() {
+            Ok(body) => {
+                let mut r = Response::new(Full::new(Bytes::from(body)));
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(metrics::CONTENT_TYPE));
+                r
+            }
+            Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
+        },
+        _ => {
+            let (resp, failed) = call_function(&state, req, remote).await;
+            state
+                .metrics
+                .observe(method.as_str(), start.elapsed().as_secs_f64(), failed);
+            resp
+        }
+    };
+    if state.access_log {
+        let line = format!(
+            "{} {} \"{} {} {:?}\" {} {} {:.3}ms\n",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            remote.ip(),
+            method,
+            path_and_query,
+            version,
+            resp.status().as_u16(),
+            hyper::body::Body::size_hint(resp.body()).exact().unwrap_or(0),
+            start.elapsed().as_secs_f64() * 1000.0,
+        );
+        let _ = std::io::stdout().lock().write_all(line.as_bytes());
+    }
+    resp
+}
+
+/// Returns the response and whether the call counts as a failure.
+async fn call_function(
+    state: &State,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+) -> (Response<Full<Bytes>>, bool) {
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, state.max_body).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                return (text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"), false);
+            }
+            return (text(StatusCode::BAD_REQUEST, "cannot read the request body\n"), false);
+        }
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .collect();
+    let head = RequestHead {
+        method: parts.method.as_str().to_owned(),
+        path: parts.uri.path().to_owned(),
+        query: parts.uri.query().unwrap_or("").to_owned(),
+        url: parts
+            .uri
+            .path_and_query()
+            .map(|p| p.as_str().to_owned())
+            .unwrap_or_else(|| "/".into()),
+        headers,
+        remote_addr: Some(remote.to_string()),
+    };
+    let prefix = match protocol::encode_prefix(&head, body.len()) {
+        Ok(p) => p,
+        Err(_) => return (text(StatusCode::PAYLOAD_TOO_LARGE, "request too large\n"), false),
+    };
+    match state.pool.call(prefix, body).await {
+        CallOutcome::Response { head, body } => {
+            let failed = head.error.is_some();
+            if let Some(err) = &head.error {
+                tracing::error!(error = %err, "function raised");
+            }
+            let mut r = Response::new(Full::new(body));
+            *r.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let h = r.headers_mut();
+            for (k, v) in head.headers {
+                let name = k.to_ascii_lowercase();
+                if is_managed_header(&name) {
+                    continue;
+                }
+                match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&v)) {
+                    (Ok(n), Ok(v)) => {
+                        h.append(n, v);
+                    }
+                    _ => tracing::warn!(header = %k, "dropping an invalid response header from the function"),
+                }
+            }
+            (r, failed)
+        }
+        CallOutcome::Timeout => (
+            text(StatusCode::REQUEST_TIMEOUT, "Timeout while processing the function\n"),
+            true,
+        ),
+        CallOutcome::WorkerFailed(_) => (
+            text(StatusCode::INTERNAL_SERVER_ERROR, "the function's worker process died\n"),
+            true,
+        ),
+        CallOutcome::Unavailable => (
+            text(StatusCode::SERVICE_UNAVAILABLE, "the function runtime is shutting down\n"),
+            true,
+        ),
+    }
+}
