@@ -1,0 +1,248 @@
+//! Service and pod proxy: forwards a request (any method, streaming body) to a
+//! ready endpoint over plain HTTP, as the real API server's proxy subresource does.
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use http::{HeaderName, Uri, header};
+use serde_json::Value;
+
+use crate::errors::ApiError;
+use crate::http::App;
+use crate::registry::{GroupResource, ResourceDef};
+
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "trailer",
+    "host",
+    "authorization",
+];
+
+/// `name`, `name:port` or `scheme:name:port`.
+fn split_name(raw: &str) -> (&str, Option<&str>) {
+    let parts: Vec<&str> = raw.split(':').collect();
+    match parts.as_slice() {
+        [name] => (name, None),
+        [name, port] => (name, Some(*port).filter(|p| !p.is_empty())),
+        [_scheme, name, port, ..] => (name, Some(*port).filter(|p| !p.is_empty())),
+        _ => (raw, None),
+    }
+}
+
+fn port_matches(p: &Value, port: &str) -> bool {
+    p.get("name").and_then(Value::as_str) == Some(port)
+        || p.get("port")
+            .and_then(Value::as_i64)
+            .is_some_and(|n| n.to_string() == port)
+}
+
+/// Picks the backend address of a Service from its Endpoints (or EndpointSlices).
+fn service_backend(
+    app: &App,
+    ns: &str,
+    name: &str,
+    port: Option<&str>,
+) -> Result<String, ApiError> {
+    let svc_gr = GroupResource::new("", "services");
+    let svc = app
+        .store
+        .get(&svc_gr, ns, name)
+        .ok_or_else(|| ApiError::not_found(&svc_gr, name))?;
+    let ports = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let svc_port = match port {
+        Some(p) => ports.iter().find(|sp| port_matches(sp, p)).cloned(),
+        None => ports.first().cloned(),
+    };
+    let Some(svc_port) = svc_port else {
+        return Err(ApiError::unavailable(format!(
+            "no endpoints available for service \"{name}\""
+        )));
+    };
+    let port_name = svc_port.get("name").and_then(Value::as_str).unwrap_or("");
+    let mut candidates = Vec::new();
+    if let Some(ep) = app
+        .store
+        .get(&GroupResource::new("", "endpoints"), ns, name)
+    {
+        for sub in ep
+            .get("subsets")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let sub_ports = sub
+                .get("ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let p = sub_ports
+                .iter()
+                .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
+                .or(if sub_ports.len() == 1 {
+                    sub_ports.first()
+                } else {
+                    None
+                })
+                .and_then(|p| p.get("port").and_then(Value::as_i64));
+            let Some(p) = p else { continue };
+            for a in sub
+                .get("addresses")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(ip) = a.get("ip").and_then(Value::as_str) {
+                    candidates.push(format!("{ip}:{p}"));
+                }
+            }
+        }
+    }
+    if candidates.is_empty() {
+        let slices = app.store.list(
+            &GroupResource::new("discovery.k8s.io", "endpointslices"),
+            Some(ns),
+            &crate::selectors::LabelSelector::parse(&format!("kubernetes.io/service-name={name}"))
+                .unwrap_or_default(),
+            &Default::default(),
+            None,
+            None,
+        )?;
+        for s in slices.items {
+            let sp = s
+                .get("ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let p = sp
+                .iter()
+                .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
+                .or(if sp.len() == 1 { sp.first() } else { None })
+                .and_then(|p| p.get("port").and_then(Value::as_i64));
+            let Some(p) = p else { continue };
+            for e in s
+                .get("endpoints")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if e.pointer("/conditions/ready").and_then(Value::as_bool) == Some(false) {
+                    continue;
+                }
+                for ip in e
+                    .get("addresses")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                {
+                    candidates.push(format!("{ip}:{p}"));
+                }
+            }
+        }
+    }
+    if candidates.is_empty() {
+        return Err(ApiError::unavailable(format!(
+            "no endpoints available for service \"{name}\""
+        )));
+    }
+    let i = app.rr.fetch_add(1, Ordering::Relaxed) % candidates.len();
+    Ok(candidates.swap_remove(i))
+}
+
+fn pod_backend(app: &App, ns: &str, name: &str, port: Option<&str>) -> Result<String, ApiError> {
+    let gr = GroupResource::new("", "pods");
+    let pod = app
+        .store
+        .get(&gr, ns, name)
+        .ok_or_else(|| ApiError::not_found(&gr, name))?;
+    let ip = pod
+        .pointer("/status/podIP")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| ApiError::unavailable(format!("pod \"{name}\" has no IP address yet")))?;
+    let ports: Vec<Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .flat_map(|c| {
+            c.get("ports")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    let port = match port {
+        Some(p) if p.parse::<u16>().is_ok() => p.to_string(),
+        Some(p) => ports
+            .iter()
+            .find(|cp| cp.get("name").and_then(Value::as_str) == Some(p))
+            .and_then(|cp| cp.get("containerPort").and_then(Value::as_i64))
+            .map(|n| n.to_string())
+            .ok_or_else(|| {
+                ApiError::unavailable(format!("pod \"{name}\" has no port named {p}"))
+            })?,
+        None => ports
+            .first()
+            .and_then(|cp| cp.get("containerPort").and_then(Value::as_i64))
+            .unwrap_or(80)
+            .to_string(),
+    };
+    Ok(format!("{ip}:{port}"))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn handle(
+    app: &App,
+    def: &ResourceDef,
+    ns: &str,
+    raw_name: &str,
+    tail: &str,
+    query: Option<String>,
+    trailing_slash: bool,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let (name, port) = split_name(raw_name);
+    let backend = if def.gr.resource == "services" {
+        service_backend(app, ns, name, port)?
+    } else {
+        pod_backend(app, ns, name, port)?
+    };
+    let mut path = format!("/{tail}");
+    if trailing_slash && !tail.is_empty() {
+        path.push('/');
+    }
+    let pq = match query {
+        Some(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path,
+    };
+    let uri: Uri = format!("http://{backend}{pq}")
+        .parse()
+        .map_err(|e| ApiError::bad_request(format!("bad proxy path: {e}")))?;
+    let (mut parts, body) = req.into_parts();
+    parts.uri = uri;
+    for h in HOP_BY_HOP {
+        parts.headers.remove(HeaderName::from_static(h));
+    }
+    let fwd = http::Request::from_parts(parts, body);
+    let resp = app
+        .proxy
+        .request(fwd)
+        .await
+        .map_err(|e| ApiError::unavailable(format!("error trying to reach service: {e}")))?;
+    let (mut parts, body) = resp.into_parts();
+    parts.headers.remove(header::CONNECTION);
+    parts.headers.remove(header::TRANSFER_ENCODING);
+    Ok(Response::from_parts(parts, Body::new(body)))
+}
