@@ -1,0 +1,385 @@
+//! The event sent to a function and the Kubeless headers that carry it.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use rand::Rng;
+use rand::distr::Alphanumeric;
+
+pub const EVENT_ID: HeaderName = HeaderName::from_static("event-id");
+pub const EVENT_TIME: HeaderName = HeaderName::from_static("event-time");
+pub const EVENT_TYPE: HeaderName = HeaderName::from_static("event-type");
+pub const EVENT_NAMESPACE: HeaderName = HeaderName::from_static("event-namespace");
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+pub const APPLICATION_JSON: &str = "application/json";
+/// What Kubeless sends for anything that is not a JSON object.
+pub const FORM_URLENCODED: &str = "application/x-www-form-urlencoded";
+
+/// Length of a generated `event-id` (Kubeless uses 11 characters; 20 alphanumerics is ~119 bits).
+pub const EVENT_ID_LEN: usize = 20;
+
+/// One event to deliver.
+#[derive(Debug, Clone, Default)]
+pub struct Event {
+    /// Request body; `None` sends a GET, `Some` a POST.
+    pub body: Option<Bytes>,
+    /// Content type of the body as the source knew it (used when the body is not JSON).
+    pub content_type: Option<String>,
+    /// `event-type` override; defaults to the content type sent.
+    pub event_type: Option<String>,
+    /// `event-namespace`, e.g. `kafkatriggers.kubeless.io`.
+    pub event_namespace: String,
+    /// `event-id` to reuse (e.g. one derived from a broker record); generated when `None`.
+    pub event_id: Option<String>,
+    /// Extra headers, e.g. `event-topic`, `event-key`, `event-partition`, `event-offset`.
+    pub headers: HeaderMap,
+    /// Trace context the call continues; when `None`, the current `tracing` span's.
+    pub parent: Option<opentelemetry::Context>,
+}
+
+impl Event {
+    pub fn new(event_namespace: impl Into<String>) -> Self {
+        Self {
+            event_namespace: event_namespace.into(),
+            ..Self::default()
+        }
+    }
+
+    pub fn with_body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = Some(body.into());
+        self
+    }
+
+    pub fn with_content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.content_type = Some(content_type.into());
+        self
+    }
+
+    pub fn with_event_type(mut self, event_type: impl Into<String>) -> Self {
+        self.event_type = Some(event_type.into());
+        self
+    }
+
+    pub fn with_event_id(mut self, id: impl Into<String>) -> Self {
+        self.event_id = Some(id.into());
+        self
+    }
+
+    pub fn with_header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.append(name, value);
+        self
+    }
+
+    pub fn with_parent(mut self, cx: opentelemetry::Context) -> Self {
+        self.parent = Some(cx);
+        self
+    }
+}
+
+/// Whether the body is a JSON object or array (sent as `application/json`).
+///
+/// Kubeless only recognised objects; arrays are JSON documents a function can parse too, so
+/// they count here. Scalars (`42`, `"text"`, `true`) are left to the given content type: they
+/// are just as likely to be plain text that happens to parse.
+pub fn is_json_document(body: &[u8]) -> bool {
+    let first = body.iter().copied().find(|b| !b.is_ascii_whitespace());
+    matches!(first, Some(b'{' | b'['))
+        && serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok()
+}
+
+/// The `Content-Type` to send: JSON documents are `application/json`, anything else keeps the
+/// source's content type or falls back to Kubeless's `application/x-www-form-urlencoded`.
+pub fn content_type_for<'a>(body: &[u8], given: Option<&'a str>) -> &'a str {
+    if is_json_document(body) {
+        APPLICATION_JSON
+    } else {
+        given.filter(|c| !c.is_empty()).unwrap_or(FORM_URLENCODED)
+    }
+}
+
+/// A new random `event-id`: [`EVENT_ID_LEN`] ASCII letters and digits.
+pub fn new_event_id() -> String {
+    rand::rng()
+        .sample_iter(Alphanumeric)
+        .take(EVENT_ID_LEN)
+        .map(char::from)
+        .collect()
+}
+
+/// `event-time`: RFC 3339 UTC with millisecond precision.
+pub fn event_time_now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A fresh W3C traceparent (version 00, random ids, sampled) for events with no trace context.
+pub fn new_traceparent() -> String {
+    let mut rng = rand::rng();
+    // All-zero ids are invalid in W3C trace context.
+    let trace_id: u128 = rng.random_range(1..=u128::MAX);
+    let span_id: u64 = rng.random_range(1..=u64::MAX);
+    format!("00-{trace_id:032x}-{span_id:016x}-01")
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header {name} has a value that cannot be sent: {value:?}")]
+    InvalidValue {
+        name: &'static str,
+        value: String,
+        #[source]
+        source: http::header::InvalidHeaderValue,
+    },
+}
+
+/// Builds the headers of an event: the Kubeless `event-*` headers, `Content-Type` (only with a
+/// body) and the caller's extra headers. `traceparent` is added per attempt, see
+/// [`inject_traceparent`].
+pub fn event_headers(
+    event: &Event,
+    event_id: &str,
+    event_time: &str,
+) -> Result<HeaderMap, HeaderError> {
+    let mut headers = HeaderMap::with_capacity(6 + event.headers.len());
+    // Extra headers first so the Kubeless headers below win over accidental duplicates.
+    for (name, value) in &event.headers {
+        headers.append(name.clone(), value.clone());
+    }
+    let content_type = match &event.body {
+        Some(body) => Some(content_type_for(body, event.content_type.as_deref())),
+        None => None,
+    };
+    let event_type = event
+        .event_type
+        .as_deref()
+        .or(content_type)
+        .or(event.content_type.as_deref())
+        .unwrap_or(FORM_URLENCODED);
+    headers.insert(EVENT_ID, value("event-id", event_id)?);
+    headers.insert(EVENT_TIME, value("event-time", event_time)?);
+    headers.insert(EVENT_TYPE, static_or_value("event-type", event_type)?);
+    headers.insert(
+        EVENT_NAMESPACE,
+        value("event-namespace", &event.event_namespace)?,
+    );
+    if let Some(ct) = content_type {
+        headers.insert(CONTENT_TYPE, static_or_value("content-type", ct)?);
+    }
+    Ok(headers)
+}
+
+fn value(name: &'static str, v: &str) -> Result<HeaderValue, HeaderError> {
+    HeaderValue::from_str(v).map_err(|source| HeaderError::InvalidValue {
+        name,
+        value: v.to_string(),
+        source,
+    })
+}
+
+/// The two common content types are static values: no allocation per event.
+fn static_or_value(name: &'static str, v: &str) -> Result<HeaderValue, HeaderError> {
+    match v {
+        APPLICATION_JSON => Ok(HeaderValue::from_static(APPLICATION_JSON)),
+        FORM_URLENCODED => Ok(HeaderValue::from_static(FORM_URLENCODED)),
+        other => value(name, other),
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl opentelemetry::propagation::Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(key.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Writes `traceparent` (and `tracestate`) from `parent`, else from the current `tracing` span,
+/// through the global propagator. When neither yields a valid context (no tracing set up), a
+/// fresh traceparent is written so that every event carries one. Returns whether one was
+/// generated.
+pub fn inject_traceparent(
+    headers: &mut HeaderMap,
+    parent: Option<&opentelemetry::Context>,
+) -> bool {
+    use opentelemetry::trace::TraceContextExt;
+    use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+    let current;
+    let cx = match parent {
+        Some(cx) => cx,
+        None => {
+            current = tracing::Span::current().context();
+            &current
+        }
+    };
+    if cx.span().span_context().is_valid() {
+        opentelemetry::global::get_text_map_propagator(|p| {
+            p.inject_context(cx, &mut HeaderInjector(headers))
+        });
+    }
+    if headers.contains_key(TRACEPARENT) {
+        return false;
+    }
+    if let Ok(v) = HeaderValue::from_str(&new_traceparent()) {
+        headers.insert(TRACEPARENT, v);
+    }
+    true
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_detection() {
+        assert!(is_json_document(br#"{"a":1}"#));
+        assert!(is_json_document(b"  \n[1, 2, {\"b\": null}] "));
+        assert!(is_json_document(b"[]"));
+        // scalars are valid JSON but not treated as documents
+        assert!(!is_json_document(b"42"));
+        assert!(!is_json_document(br#""text""#));
+        assert!(!is_json_document(b"true"));
+        // invalid
+        assert!(!is_json_document(br#"{"a":1"#));
+        assert!(!is_json_document(b"[1,]"));
+        assert!(!is_json_document(b"{} trailing"));
+        assert!(!is_json_document(b"a=1&b=2"));
+        assert!(!is_json_document(b""));
+    }
+
+    #[test]
+    fn content_type_choice() {
+        assert_eq!(
+            content_type_for(b"{}", Some("text/plain")),
+            APPLICATION_JSON
+        );
+        assert_eq!(content_type_for(b"[1]", None), APPLICATION_JSON);
+        assert_eq!(content_type_for(b"hello", Some("text/plain")), "text/plain");
+        assert_eq!(content_type_for(b"hello", None), FORM_URLENCODED);
+        assert_eq!(content_type_for(b"hello", Some("")), FORM_URLENCODED);
+        assert_eq!(
+            content_type_for(b"7", Some("application/octet-stream")),
+            "application/octet-stream"
+        );
+    }
+
+    #[test]
+    fn headers_for_json_post() {
+        let ev = Event::new("kafkatriggers.kubeless.io")
+            .with_body(r#"{"hello":"world"}"#)
+            .with_header(
+                HeaderName::from_static("event-topic"),
+                HeaderValue::from_static("orders"),
+            );
+        let h = event_headers(&ev, "abc", "2026-01-01T00:00:00.000Z").unwrap();
+        assert_eq!(h[EVENT_ID], "abc");
+        assert_eq!(h[EVENT_TIME], "2026-01-01T00:00:00.000Z");
+        assert_eq!(h[EVENT_TYPE], APPLICATION_JSON);
+        assert_eq!(h[EVENT_NAMESPACE], "kafkatriggers.kubeless.io");
+        assert_eq!(h[CONTENT_TYPE], APPLICATION_JSON);
+        assert_eq!(h["event-topic"], "orders");
+    }
+
+    #[test]
+    fn headers_for_text_with_event_type_override() {
+        let ev = Event::new("natstriggers.kubeless.io")
+            .with_body("plain words")
+            .with_content_type("text/plain")
+            .with_event_type("com.example.thing");
+        let h = event_headers(&ev, "id", "t").unwrap();
+        assert_eq!(h[CONTENT_TYPE], "text/plain");
+        assert_eq!(h[EVENT_TYPE], "com.example.thing");
+    }
+
+    #[test]
+    fn headers_for_get_have_no_content_type() {
+        let ev = Event::new("cronjobtrigger.kubeless.io");
+        let h = event_headers(&ev, "id", "t").unwrap();
+        assert!(!h.contains_key(CONTENT_TYPE));
+        assert_eq!(h[EVENT_TYPE], FORM_URLENCODED);
+    }
+
+    #[test]
+    fn extra_headers_cannot_override_kubeless_ones() {
+        let ev =
+            Event::new("ns.kubeless.io").with_header(EVENT_ID, HeaderValue::from_static("spoofed"));
+        let h = event_headers(&ev, "real", "t").unwrap();
+        assert_eq!(h.get_all(EVENT_ID).iter().count(), 1);
+        assert_eq!(h[EVENT_ID], "real");
+    }
+
+    #[test]
+    fn invalid_header_values_are_errors() {
+        let ev = Event::new("bad\nnamespace");
+        assert!(matches!(
+            event_headers(&ev, "id", "t"),
+            Err(HeaderError::InvalidValue {
+                name: "event-namespace",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn event_ids_are_random_alphanumerics() {
+        let a = new_event_id();
+        let b = new_event_id();
+        assert_eq!(a.len(), EVENT_ID_LEN);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn event_time_is_rfc3339() {
+        let t = event_time_now();
+        assert!(chrono::DateTime::parse_from_rfc3339(&t).is_ok(), "{t}");
+        assert!(t.ends_with('Z'));
+    }
+
+    fn assert_traceparent_shape(tp: &str) {
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts.len(), 4, "{tp}");
+        assert_eq!(parts[0], "00");
+        assert_eq!(parts[1].len(), 32);
+        assert_eq!(parts[2].len(), 16);
+        assert!(parts[1].chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(parts[1], "0".repeat(32));
+        assert_ne!(parts[2], "0".repeat(16));
+    }
+
+    #[test]
+    fn traceparent_generated_without_context() {
+        let mut h = HeaderMap::new();
+        assert!(inject_traceparent(&mut h, None));
+        assert_traceparent_shape(h[TRACEPARENT].to_str().unwrap());
+    }
+
+    #[test]
+    fn traceparent_continues_an_explicit_parent() {
+        use opentelemetry::trace::{
+            SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
+        };
+        opentelemetry::global::set_text_map_propagator(
+            opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+        );
+        let sc = SpanContext::new(
+            TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap(),
+            SpanId::from_hex("00f067aa0ba902b7").unwrap(),
+            TraceFlags::SAMPLED,
+            true,
+            TraceState::default(),
+        );
+        let cx = opentelemetry::Context::new().with_remote_span_context(sc);
+        let mut h = HeaderMap::new();
+        assert!(!inject_traceparent(&mut h, Some(&cx)));
+        assert_eq!(
+            h[TRACEPARENT],
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+    }
+}
