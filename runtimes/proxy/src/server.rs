@@ -183,12 +183,16 @@ impl Server {
         self.listener.local_addr()
     }
 
-    /// Accept connections until a shutdown signal; in-flight calls get up to the function timeout to finish.
+    /// Accept connections until SIGTERM/SIGINT, then let open connections
+    /// finish their calls (up to the function timeout) and stop.
     pub async fn run(self) {
-        let shutdown = shutdown_signal();
+        self.run_until(shutdown_signal()).await;
+    }
+
+    /// Like [`Server::run`], with a caller-supplied shutdown trigger.
+    pub async fn run_until(self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
-        // Each connection task holds a clone; the count tells when all have ended.
-        let tracker = Arc::new(());
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         loop {
             let accepted = tokio::select! {
                 a = self.listener.accept() => a,
@@ -205,23 +209,23 @@ impl Server {
             };
             let _ = stream.set_nodelay(true);
             let state = self.state.clone();
-            let guard = tracker.clone();
+            let watcher = graceful.watcher();
             tokio::spawn(async move {
                 let svc = service_fn(move |req| {
                     let state = state.clone();
                     async move { Ok::<_, Infallible>(handle(state, req, remote).await) }
                 });
                 let builder = auto::Builder::new(TokioExecutor::new());
-                if let Err(e) = builder.serve_connection(TokioIo::new(stream), svc).await {
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
-                drop(guard);
             });
         }
-        tracing::info!("shutting down: waiting for in-flight calls");
-        let deadline = Instant::now() + self.state.timeout;
-        while Arc::strong_count(&tracker) > 1 && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        tracing::info!("shutting down: finishing in-flight calls");
+        drop(self.listener);
+        if tokio::time::timeout(self.state.timeout, graceful.shutdown()).await.is_err() {
+            tracing::warn!("in-flight calls did not finish within the timeout");
         }
     }
 }

@@ -1,0 +1,158 @@
+//! Shared helpers: start the real `kubeless-runtime` binary on a free loopback port.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_kubeless-runtime");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    Python,
+    Nodejs,
+}
+
+impl Lang {
+    pub fn runtime(self) -> &'static str {
+        match self {
+            Lang::Python => "python3.11",
+            Lang::Nodejs => "nodejs20",
+        }
+    }
+    pub fn fixtures(self) -> PathBuf {
+        let dir = match self {
+            Lang::Python => "python",
+            Lang::Nodejs => "nodejs",
+        };
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(dir)
+    }
+    pub fn fixture_file(self) -> &'static str {
+        match self {
+            Lang::Python => "funcs.py",
+            Lang::Nodejs => "funcs.js",
+        }
+    }
+}
+
+pub fn runtimes_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running `kubeless-runtime serve`; stopped (SIGTERM, then SIGKILL) on drop.
+pub struct Runtime {
+    child: Child,
+    pub base: String,
+    pub logs: tempfile::TempDir,
+}
+
+pub struct Opts<'a> {
+    pub handler: &'a str,
+    pub workers: usize,
+    pub timeout: &'a str,
+    pub volume: Option<PathBuf>,
+    pub env: Vec<(&'a str, String)>,
+}
+
+impl Default for Opts<'_> {
+    fn default() -> Self {
+        Opts { handler: "hello", workers: 2, timeout: "30", volume: None, env: vec![] }
+    }
+}
+
+pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("serve")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .env("FUNC_PORT", port.to_string())
+        .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
+        .env("FUNC_HANDLER", opts.handler)
+        .env("MOD_NAME", "funcs")
+        .env("FUNC_TIMEOUT", opts.timeout)
+        .env("FUNC_RUNTIME", lang.runtime())
+        .env("FUNC_MEMORY_LIMIT", "128Mi")
+        .env("KUBELESS_INSTALL_VOLUME", opts.volume.clone().unwrap_or_else(|| lang.fixtures()))
+        .env("KUBELESS_WORKERS", opts.workers.to_string())
+        .env("KUBELESS_PYTHON_WORKER", runtimes_dir().join("python/kubeless_worker.py"))
+        .env("KUBELESS_NODEJS_WORKER", runtimes_dir().join("nodejs/kubeless_worker.js"));
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+impl Runtime {
+    pub async fn start(lang: Lang, opts: Opts<'_>) -> Runtime {
+        let port = free_port();
+        let logs = tempfile::tempdir().unwrap();
+        let mut cmd = serve_command(lang, &opts, port);
+        cmd.stdout(std::fs::File::create(logs.path().join("stdout")).unwrap())
+            .stderr(std::fs::File::create(logs.path().join("stderr")).unwrap());
+        let child = cmd.spawn().unwrap();
+        let mut rt = Runtime { child, base: format!("http://127.0.0.1:{port}"), logs };
+        rt.wait_ready().await;
+        rt
+    }
+
+    async fn wait_ready(&mut self) {
+        let client = client();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("runtime exited early ({status}): {}", self.stderr());
+            }
+            if let Ok(r) = client.get(format!("{}/healthz", self.base)).send().await
+                && r.status() == 200
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("runtime not ready after 30 s: {}", self.stderr());
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("stderr")).unwrap_or_default()
+    }
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.logs.path().join("stdout")).unwrap_or_default()
+    }
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// Value of one sample line in a Prometheus text exposition.
+pub fn metric(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+}
