@@ -1,1 +1,148 @@
-//! placeholder: being written
+//! devcluster: a local Kubernetes for development and tests, never for production.
+//!
+//! [`DevCluster::start`] starts the in-memory API server (`devcluster-apiserver`) and, unless
+//! switched off, the pod runner (`devcluster-runner`) that turns Deployments, Jobs and CronJobs
+//! into local processes. Integration tests use this library; people use the `devcluster` binary.
+
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use devcluster_apiserver::{RunningServer, ServerConfig};
+use devcluster_runner::{ImageMap, Runner, RunnerConfig};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("starting the API server")]
+    ApiServer(#[source] devcluster_apiserver::Error),
+    #[error("loading the image map from {path}")]
+    ImageMap {
+        path: PathBuf,
+        #[source]
+        source: devcluster_runner::Error,
+    },
+    #[error("creating {path}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Address the API server listens on; port 0 picks a free one.
+    pub bind: SocketAddr,
+    /// Keeps API state across restarts when set; in memory otherwise.
+    pub data_dir: Option<PathBuf>,
+    /// Where to write the kubeconfig; a file in `state_dir` when unset.
+    pub kubeconfig_path: Option<PathBuf>,
+    /// Pod folders (volumes) and pod logs live here.
+    pub state_dir: PathBuf,
+    /// Folder of image-map files (`*.yaml`); `None` runs no pods (API server only).
+    pub images_dir: Option<PathBuf>,
+}
+
+impl Options {
+    /// Defaults for a test: free port, in memory, everything under `state_dir`, the repository's
+    /// image map.
+    pub fn for_tests(state_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            kubeconfig_path: None,
+            state_dir: state_dir.into(),
+            images_dir: Some(repo_images_dir()),
+        }
+    }
+}
+
+/// The repository's image map folder, `devcluster/images.d`.
+pub fn repo_images_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("images.d")
+}
+
+/// A running devcluster: API server plus (optionally) the pod runner.
+pub struct DevCluster {
+    server: RunningServer,
+    runner: Option<(CancellationToken, JoinHandle<Result<(), devcluster_runner::Error>>)>,
+}
+
+impl DevCluster {
+    pub async fn start(options: Options) -> Result<Self, Error> {
+        let Options {
+            bind,
+            data_dir,
+            kubeconfig_path,
+            state_dir,
+            images_dir,
+        } = options;
+        let logs_dir = state_dir.join("logs");
+        let work_dir = state_dir.join("pods");
+        for dir in [&state_dir, &logs_dir, &work_dir] {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let server = devcluster_apiserver::start(ServerConfig {
+            bind,
+            data_dir,
+            kubeconfig_path: Some(kubeconfig_path.unwrap_or_else(|| state_dir.join("kubeconfig"))),
+            logs_dir: logs_dir.clone(),
+            ..ServerConfig::default()
+        })
+        .await
+        .map_err(Error::ApiServer)?;
+
+        let runner = match images_dir {
+            None => None,
+            Some(dir) => {
+                let image_map = ImageMap::load_dir(&dir).map_err(|source| Error::ImageMap {
+                    path: dir.clone(),
+                    source,
+                })?;
+                let client = server.client().await.map_err(Error::ApiServer)?;
+                let config = RunnerConfig {
+                    image_map,
+                    work_dir,
+                    logs_dir,
+                    ..RunnerConfig::default()
+                };
+                let token = CancellationToken::new();
+                let handle = tokio::spawn(Runner::run(client, config, token.clone()));
+                Some((token, handle))
+            }
+        };
+        Ok(Self { server, runner })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr()
+    }
+
+    pub fn kubeconfig_path(&self) -> &Path {
+        self.server.kubeconfig_path()
+    }
+
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        self.server.client().await.map_err(Error::ApiServer)
+    }
+
+    /// Stops the runner first (it kills every process it started), then the API server.
+    pub async fn shutdown(self) {
+        if let Some((token, handle)) = self.runner {
+            token.cancel();
+            match handle.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(error = %e, "pod runner stopped with an error"),
+                Err(e) => tracing::warn!(error = %e, "pod runner task failed"),
+            }
+        }
+        self.server.shutdown().await;
+    }
+}

@@ -1,0 +1,112 @@
+//! `devcluster up`: serve a local Kubernetes until stopped. See docs/devcluster.md.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+use devcluster::{DevCluster, Options};
+
+#[derive(Parser)]
+#[command(version, about = "A local Kubernetes API server and process pod runner, for development and tests only")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the API server and the pod runner; print the kubeconfig path; serve until SIGINT/SIGTERM.
+    Up(UpArgs),
+}
+
+#[derive(clap::Args)]
+struct UpArgs {
+    /// Address to listen on (loopback only); port 0 picks a free port.
+    #[arg(long, env = "DEVCLUSTER_BIND", default_value = "127.0.0.1:0")]
+    bind: SocketAddr,
+    /// Keep API state in this folder across restarts; in memory when unset.
+    #[arg(long, env = "DEVCLUSTER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Where to write the kubeconfig; <state-dir>/kubeconfig when unset.
+    #[arg(long, env = "DEVCLUSTER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Pod folders and logs.
+    #[arg(long, env = "DEVCLUSTER_STATE_DIR", default_value = ".devcluster")]
+    state_dir: PathBuf,
+    /// Folder of image-map files; the repository's devcluster/images.d when unset.
+    #[arg(long, env = "DEVCLUSTER_IMAGES")]
+    images: Option<PathBuf>,
+    /// Serve the API only: no pods are run (for benchmarks of controllers).
+    #[arg(long, env = "DEVCLUSTER_NO_RUNNER")]
+    no_runner: bool,
+    /// Log filter (RUST_LOG syntax).
+    #[arg(long, env = "DEVCLUSTER_LOG", default_value = "info")]
+    log: String,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let Cli { command: Command::Up(args) } = Cli::parse();
+    let UpArgs { bind, data_dir, kubeconfig, state_dir, images, no_runner, log } = args;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(log))
+        .with_writer(std::io::stderr)
+        .init();
+    if !bind.ip().is_loopback() {
+        eprintln!("devcluster: refusing to listen on {bind}: devcluster is for local use, bind a loopback address");
+        return ExitCode::from(2);
+    }
+    let options = Options {
+        bind,
+        data_dir,
+        kubeconfig_path: kubeconfig,
+        state_dir,
+        images_dir: if no_runner { None } else { Some(images.unwrap_or_else(devcluster::repo_images_dir)) },
+    };
+    let cluster = match DevCluster::start(options).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("devcluster: {}", error_chain(&e));
+            return ExitCode::FAILURE;
+        }
+    };
+    // The one line scripts wait for: the kubeconfig path on stdout.
+    println!("{}", cluster.kubeconfig_path().display());
+    tracing::info!(addr = %cluster.addr(), "devcluster is serving; stop with Ctrl-C");
+    wait_for_signal().await;
+    tracing::info!("stopping: killing pods, then the API server");
+    cluster.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(inner) = cur {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        cur = inner.source();
+    }
+    s
+}
