@@ -1,0 +1,556 @@
+//! Deployment controller: Deployment -> Pods directly (no ReplicaSets), with
+//! scaling, rolling updates and status.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentCondition, DeploymentStatus};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+
+use crate::ctx::{Ctx, is_not_found, ns_name};
+use crate::error::Result;
+use crate::util::{
+    POD_TEMPLATE_HASH, controller_ref, controller_uid, generate_name, pod_phase, pod_ready,
+    template_hash,
+};
+
+/// What the planner needs to know about one pod.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodView {
+    pub name: String,
+    pub hash: String,
+    pub ready: bool,
+    /// When the pod became Ready (for minReadySeconds).
+    pub ready_since: Option<Timestamp>,
+    pub terminating: bool,
+    /// Succeeded or Failed: will never run again.
+    pub finished: bool,
+    pub created: Option<Timestamp>,
+}
+
+impl PodView {
+    pub fn of(pod: &Pod) -> Self {
+        let ready_since = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready" && c.status == "True"))
+            .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0));
+        Self {
+            name: pod.name_any(),
+            hash: pod
+                .labels()
+                .get(POD_TEMPLATE_HASH)
+                .cloned()
+                .unwrap_or_default(),
+            ready: pod_ready(pod),
+            ready_since,
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            finished: matches!(pod_phase(pod), "Succeeded" | "Failed"),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+}
+
+/// The rollout parameters of a Deployment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Strategy {
+    pub recreate: bool,
+    pub max_surge: i32,
+    pub max_unavailable: i32,
+}
+
+/// Resolves an int-or-percent against `total` (surge rounds up, unavailable down).
+pub fn scaled_value(v: Option<&IntOrString>, total: i32, round_up: bool, default: &str) -> i32 {
+    let owned = IntOrString::String(default.to_string());
+    match v.unwrap_or(&owned) {
+        IntOrString::Int(i) => (*i).max(0),
+        IntOrString::String(s) => {
+            let pct: i64 = s.trim_end_matches('%').trim().parse().unwrap_or(25);
+            let scaled = i64::from(total.max(0)) * pct;
+            let v = if round_up {
+                (scaled + 99) / 100
+            } else {
+                scaled / 100
+            };
+            i32::try_from(v).unwrap_or(i32::MAX)
+        }
+    }
+}
+
+impl Strategy {
+    pub fn of(dep: &Deployment, replicas: i32) -> Self {
+        let strategy = dep.spec.as_ref().and_then(|s| s.strategy.as_ref());
+        let recreate = strategy.and_then(|s| s.type_.as_deref()) == Some("Recreate");
+        let ru = strategy.and_then(|s| s.rolling_update.as_ref());
+        let mut max_surge =
+            scaled_value(ru.and_then(|r| r.max_surge.as_ref()), replicas, true, "25%");
+        let max_unavailable = scaled_value(
+            ru.and_then(|r| r.max_unavailable.as_ref()),
+            replicas,
+            false,
+            "25%",
+        );
+        if max_surge == 0 && max_unavailable == 0 {
+            // Kubernetes refuses both zero; progress needs one of them.
+            max_surge = 1;
+        }
+        Self {
+            recreate,
+            max_surge,
+            max_unavailable,
+        }
+    }
+}
+
+/// What to do next for one Deployment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// Number of new-template pods to create.
+    pub create: usize,
+    /// Pods to delete.
+    pub delete: Vec<String>,
+}
+
+/// Plans one step of scaling / rolling update from the current pods.
+pub fn plan(replicas: i32, strategy: &Strategy, hash: &str, pods: &[PodView]) -> Plan {
+    let mut out = Plan::default();
+    let replicas = replicas.max(0) as usize;
+    // Finished pods never come back: replace them.
+    for p in pods.iter().filter(|p| !p.terminating && p.finished) {
+        out.delete.push(p.name.clone());
+    }
+    let alive: Vec<&PodView> = pods
+        .iter()
+        .filter(|p| !p.terminating && !p.finished)
+        .collect();
+    let mut new: Vec<&PodView> = alive.iter().copied().filter(|p| p.hash == hash).collect();
+    let mut old: Vec<&PodView> = alive.iter().copied().filter(|p| p.hash != hash).collect();
+    // Delete order: not ready first, then the youngest (like a ReplicaSet scale-down).
+    let delete_order = |v: &mut Vec<&PodView>| {
+        v.sort_by(|a, b| {
+            a.ready
+                .cmp(&b.ready)
+                .then(b.created.cmp(&a.created))
+                .then(a.name.cmp(&b.name))
+        });
+    };
+    delete_order(&mut new);
+    delete_order(&mut old);
+
+    if new.len() > replicas {
+        let extra = new.len() - replicas;
+        out.delete
+            .extend(new.iter().take(extra).map(|p| p.name.clone()));
+        new.drain(..extra);
+    }
+    if old.is_empty() {
+        out.create = replicas.saturating_sub(new.len());
+        return out;
+    }
+    if strategy.recreate {
+        out.delete.extend(old.iter().map(|p| p.name.clone()));
+        // New pods only once every old pod is gone (next pass).
+        return out;
+    }
+    let total = new.len() + old.len();
+    let max_total = replicas + strategy.max_surge.max(0) as usize;
+    out.create = max_total
+        .saturating_sub(total)
+        .min(replicas.saturating_sub(new.len()));
+    let ready_new = new.iter().filter(|p| p.ready).count();
+    if ready_new >= replicas {
+        out.delete.extend(old.iter().map(|p| p.name.clone()));
+        return out;
+    }
+    // Unready old pods give no availability: they may go at once.
+    let (old_unready, old_ready): (Vec<&PodView>, Vec<&PodView>) =
+        old.iter().partition(|p| !p.ready);
+    out.delete
+        .extend(old_unready.iter().map(|p| p.name.clone()));
+    let min_available = replicas.saturating_sub(strategy.max_unavailable.max(0) as usize);
+    let ready_total = ready_new + old_ready.len();
+    let removable = ready_total.saturating_sub(min_available);
+    out.delete
+        .extend(old_ready.iter().take(removable).map(|p| p.name.clone()));
+    out
+}
+
+/// Computes the status the Deployment should show.
+pub fn compute_status(
+    dep: &Deployment,
+    hash: &str,
+    pods: &[PodView],
+    now: Timestamp,
+) -> DeploymentStatus {
+    let spec = dep.spec.as_ref();
+    let replicas = spec.and_then(|s| s.replicas).unwrap_or(1).max(0);
+    let min_ready = i64::from(spec.and_then(|s| s.min_ready_seconds).unwrap_or(0));
+    let strategy = Strategy::of(dep, replicas);
+    let alive: Vec<&PodView> = pods
+        .iter()
+        .filter(|p| !p.terminating && !p.finished)
+        .collect();
+    let count = |f: &dyn Fn(&PodView) -> bool| -> i32 {
+        i32::try_from(alive.iter().filter(|p| f(p)).count()).unwrap_or(i32::MAX)
+    };
+    let total = count(&|_| true);
+    let updated = count(&|p| p.hash == hash);
+    let ready = count(&|p| p.ready);
+    let available = count(&|p| {
+        p.ready
+            && p.ready_since
+                .is_none_or(|t| now.as_second() - t.as_second() >= min_ready)
+    });
+    let updated_available = count(&|p| p.hash == hash && p.ready);
+    let terminating = i32::try_from(pods.iter().filter(|p| p.terminating).count()).unwrap_or(0);
+    let previous = dep.status.as_ref().and_then(|s| s.conditions.as_ref());
+    let cond = |type_: &str, ok: bool, reason: &str, message: String| -> DeploymentCondition {
+        let status = if ok { "True" } else { "False" };
+        let prev = previous.and_then(|p| p.iter().find(|c| c.type_ == type_));
+        let same_status = prev.is_some_and(|c| c.status == status);
+        let same_reason = prev.is_some_and(|c| same_status && c.reason.as_deref() == Some(reason));
+        DeploymentCondition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            reason: Some(reason.to_string()),
+            message: Some(message),
+            last_transition_time: if same_status {
+                prev.and_then(|c| c.last_transition_time.clone())
+            } else {
+                Some(Time(now))
+            },
+            last_update_time: if same_reason {
+                prev.and_then(|c| c.last_update_time.clone())
+            } else {
+                Some(Time(now))
+            },
+        }
+    };
+    let available_ok = available >= replicas - strategy.max_unavailable;
+    let name = dep.name_any();
+    let complete = updated == replicas && total == replicas && updated_available == replicas;
+    let conditions = vec![
+        if available_ok {
+            cond(
+                "Available",
+                true,
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.".into(),
+            )
+        } else {
+            cond(
+                "Available",
+                false,
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.".into(),
+            )
+        },
+        if complete {
+            cond(
+                "Progressing",
+                true,
+                "NewReplicaSetAvailable",
+                format!("Pods of {name}-{hash} have successfully progressed."),
+            )
+        } else {
+            cond(
+                "Progressing",
+                true,
+                "ReplicaSetUpdated",
+                format!("Pods of {name}-{hash} are progressing."),
+            )
+        },
+    ];
+    DeploymentStatus {
+        observed_generation: dep.metadata.generation,
+        replicas: Some(total),
+        updated_replicas: Some(updated),
+        ready_replicas: Some(ready),
+        available_replicas: Some(available),
+        unavailable_replicas: Some((replicas - available).max(0)),
+        terminating_replicas: Some(terminating),
+        conditions: Some(conditions),
+        collision_count: None,
+    }
+}
+
+/// The Pod a Deployment wants for template `hash`.
+pub fn build_pod(dep: &Deployment, hash: &str) -> Pod {
+    let template = dep
+        .spec
+        .as_ref()
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let tmeta = template.metadata.unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = tmeta.labels.unwrap_or_default();
+    labels.insert(POD_TEMPLATE_HASH.to_string(), hash.to_string());
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(generate_name(&format!("{}-{hash}-", dep.name_any()))),
+            namespace: dep.namespace(),
+            labels: Some(labels),
+            annotations: tmeta.annotations,
+            owner_references: controller_ref(dep).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: template.spec,
+        status: None,
+    }
+}
+
+/// One pass over every Deployment.
+pub async fn reconcile_all(ctx: Arc<Ctx>) -> Result<()> {
+    for dep in ctx.stores.deployments.state() {
+        if dep.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if let Err(err) = reconcile(&ctx, &dep).await {
+            let (ns, name) = ns_name(dep.as_ref());
+            tracing::warn!(%ns, %name, error = %err, "deployment reconcile failed");
+        }
+    }
+    Ok(())
+}
+
+async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
+    let (ns, name) = ns_name(dep);
+    let uid = dep.metadata.uid.clone().unwrap_or_default();
+    let Some(spec) = dep.spec.as_ref() else {
+        return Ok(());
+    };
+    let replicas = spec.replicas.unwrap_or(1);
+    let hash = template_hash(&spec.template);
+    let owned = |p: &Pod| {
+        p.metadata.namespace.as_deref() == Some(ns.as_str())
+            && controller_uid(&p.metadata, "Deployment") == Some(uid.as_str())
+    };
+    let views: Vec<PodView> = ctx
+        .stores
+        .pods
+        .state()
+        .iter()
+        .filter(|p| owned(p))
+        .map(|p| PodView::of(p))
+        .collect();
+    let strategy = Strategy::of(dep, replicas);
+    let step = if spec.paused == Some(true) {
+        Plan::default()
+    } else {
+        plan(replicas, &strategy, &hash, &views)
+    };
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    for victim in &step.delete {
+        match pods.delete(victim, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::info!(%ns, deployment = %name, pod = %victim, "deleting pod");
+    }
+    for victim in &step.delete {
+        ctx.wait_pod_cache(&ns, victim, false).await;
+    }
+    for _ in 0..step.create {
+        let pod = build_pod(dep, &hash);
+        let created = pods.create(&PostParams::default(), &pod).await?;
+        let pod_name = created.name_any();
+        tracing::info!(%ns, deployment = %name, pod = %pod_name, "created pod");
+        ctx.wait_pod_cache(&ns, &pod_name, true).await;
+    }
+    // Status from the cache as it is now (after our own writes settled).
+    let views: Vec<PodView> = ctx
+        .stores
+        .pods
+        .state()
+        .iter()
+        .filter(|p| owned(p))
+        .map(|p| PodView::of(p))
+        .collect();
+    let status = compute_status(dep, &hash, &views, Timestamp::now());
+    if dep.status.as_ref() != Some(&status) {
+        let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = serde_json::json!({ "status": status });
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn pv(name: &str, hash: &str, ready: bool) -> PodView {
+        PodView {
+            name: name.into(),
+            hash: hash.into(),
+            ready,
+            ready_since: None,
+            terminating: false,
+            finished: false,
+            created: None,
+        }
+    }
+
+    fn rolling(surge: i32, unavail: i32) -> Strategy {
+        Strategy {
+            recreate: false,
+            max_surge: surge,
+            max_unavailable: unavail,
+        }
+    }
+
+    #[test]
+    fn scale_up_and_down() {
+        let s = rolling(1, 0);
+        assert_eq!(plan(3, &s, "h", &[]).create, 3);
+        let pods = vec![pv("a", "h", true), pv("b", "h", false), pv("c", "h", true)];
+        let p = plan(1, &s, "h", &pods);
+        assert_eq!(p.create, 0);
+        assert_eq!(p.delete.len(), 2);
+        assert!(p.delete.contains(&"b".to_string()), "unready pods go first");
+        let p = plan(0, &s, "h", &pods);
+        assert_eq!(p.delete.len(), 3);
+    }
+
+    #[test]
+    fn rolling_update_keeps_availability() {
+        // maxUnavailable 0, maxSurge 1, like kubeless function deployments.
+        let s = rolling(1, 0);
+        let mut pods = vec![pv("o1", "old", true), pv("o2", "old", true)];
+        let p = plan(2, &s, "new", &pods);
+        assert_eq!(
+            p,
+            Plan {
+                create: 1,
+                delete: vec![]
+            }
+        );
+        pods.push(pv("n1", "new", false));
+        assert_eq!(
+            plan(2, &s, "new", &pods),
+            Plan::default(),
+            "wait for the new pod to be ready"
+        );
+        pods[2].ready = true;
+        let p = plan(2, &s, "new", &pods);
+        assert_eq!(p.create, 0);
+        assert_eq!(
+            p.delete.len(),
+            1,
+            "one old pod may go once a new one is ready"
+        );
+        pods.remove(0);
+        let p = plan(2, &s, "new", &pods);
+        assert_eq!(p.create, 1);
+        pods.push(pv("n2", "new", true));
+        let p = plan(2, &s, "new", &pods);
+        assert_eq!(p.delete, vec!["o2".to_string()]);
+    }
+
+    #[test]
+    fn recreate_and_finished_pods() {
+        let s = Strategy {
+            recreate: true,
+            max_surge: 0,
+            max_unavailable: 0,
+        };
+        let pods = vec![pv("o1", "old", true)];
+        assert_eq!(
+            plan(1, &s, "new", &pods),
+            Plan {
+                create: 0,
+                delete: vec!["o1".into()]
+            }
+        );
+        let mut done = pv("d", "new", false);
+        done.finished = true;
+        let p = plan(1, &rolling(1, 0), "new", &[done]);
+        assert_eq!(
+            p,
+            Plan {
+                create: 1,
+                delete: vec!["d".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn percentages() {
+        assert_eq!(scaled_value(None, 4, true, "25%"), 1);
+        assert_eq!(scaled_value(None, 3, false, "25%"), 0);
+        assert_eq!(scaled_value(None, 3, true, "25%"), 1);
+        assert_eq!(scaled_value(Some(&IntOrString::Int(2)), 3, true, "25%"), 2);
+        assert_eq!(
+            scaled_value(Some(&IntOrString::String("50%".into())), 5, false, "25%"),
+            2
+        );
+    }
+
+    #[test]
+    fn status_counts() {
+        let dep: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "d", "generation": 4},
+            "spec": {"replicas": 2, "selector": {}, "template": {}}}))
+        .unwrap();
+        let pods = vec![
+            pv("a", "h", true),
+            pv("b", "old", true),
+            pv("c", "h", false),
+        ];
+        let s = compute_status(&dep, "h", &pods, Timestamp::UNIX_EPOCH);
+        assert_eq!(s.replicas, Some(3));
+        assert_eq!(s.updated_replicas, Some(2));
+        assert_eq!(s.ready_replicas, Some(2));
+        assert_eq!(s.available_replicas, Some(2));
+        assert_eq!(s.observed_generation, Some(4));
+        let conds = s.conditions.unwrap();
+        assert_eq!(conds[0].status, "True");
+        assert_eq!(conds[1].reason.as_deref(), Some("ReplicaSetUpdated"));
+        let pods = vec![pv("a", "h", true), pv("c", "h", true)];
+        let s = compute_status(&dep, "h", &pods, Timestamp::UNIX_EPOCH);
+        assert_eq!(
+            s.conditions.unwrap()[1].reason.as_deref(),
+            Some("NewReplicaSetAvailable")
+        );
+    }
+
+    #[test]
+    fn built_pod_has_owner_labels_and_name() {
+        let dep: Deployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "d", "uid": "u1"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}}})).unwrap();
+        let pod = build_pod(&dep, "abc");
+        assert!(
+            pod.metadata
+                .name
+                .as_deref()
+                .unwrap()
+                .starts_with("web-abc-")
+        );
+        assert_eq!(
+            pod.labels().get(POD_TEMPLATE_HASH).map(String::as_str),
+            Some("abc")
+        );
+        assert_eq!(pod.labels().get("app").map(String::as_str), Some("web"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("Deployment", "u1", Some(true))
+        );
+    }
+}

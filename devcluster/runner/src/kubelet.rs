@@ -1,0 +1,1098 @@
+//! The process kubelet: runs every Pod's containers as local processes and
+//! keeps the Pod's status true.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, PodCondition, PodStatus, Secret, Volume,
+};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, ResourceExt};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::ctx::{Ctx, is_not_found, ns_name};
+use crate::podstatus::{ContainerRt, PodRt, RunState, compute_status, exit_code_of};
+use crate::probe::{Timing, probe_once};
+use crate::process::{LogSink, Running, rotate_log, spawn};
+use crate::spec::{BaseEnv, PathMap, PodFacts, ProcessSpec, RefData, build_process};
+use crate::util::{IpAllocator, pod_phase};
+
+/// `base * 2^n`, at most `cap`.
+pub fn backoff_delay(base: Duration, cap: Duration, n: u32) -> Duration {
+    let factor = 1u32.checked_shl(n.min(20)).unwrap_or(u32::MAX);
+    base.saturating_mul(factor).min(cap)
+}
+
+struct Worker {
+    ns: String,
+    name: String,
+    ip: Ipv4Addr,
+    cancel: CancellationToken,
+    deleted: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Runs until `cancel`, then stops every pod and returns once all processes are gone.
+pub async fn run(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    let wake = ctx.wakers.register();
+    let mut workers: HashMap<String, Worker> = HashMap::new();
+    let mut ips = IpAllocator::new(ctx.config.pod_ip_base);
+    let mut finalizing: HashSet<String> = HashSet::new();
+    loop {
+        sync(&ctx, &mut workers, &mut ips, &mut finalizing).await;
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = wake.notified() => tokio::time::sleep(Duration::from_millis(10)).await,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    for w in workers.values() {
+        w.cancel.cancel();
+    }
+    for (_, w) in workers.drain() {
+        if let Err(e) = w.task.await {
+            tracing::warn!(error = %e, "pod worker ended abnormally");
+        }
+    }
+}
+
+async fn sync(
+    ctx: &Arc<Ctx>,
+    workers: &mut HashMap<String, Worker>,
+    ips: &mut IpAllocator,
+    finalizing: &mut HashSet<String>,
+) {
+    let pods = ctx.stores.pods.state();
+    let mut present: HashSet<String> = HashSet::new();
+    for pod in &pods {
+        let Some(uid) = pod.metadata.uid.clone() else {
+            continue;
+        };
+        present.insert(uid.clone());
+        if pod.metadata.deletion_timestamp.is_some() {
+            match workers.get(&uid) {
+                Some(w) => {
+                    if !w.cancel.is_cancelled() {
+                        w.deleted.store(true, Ordering::SeqCst);
+                        w.cancel.cancel();
+                    }
+                }
+                None => {
+                    if finalizing.insert(uid.clone()) {
+                        let ctx = ctx.clone();
+                        let pod = pod.clone();
+                        tokio::spawn(async move { finalize_delete(&ctx, &pod).await });
+                    }
+                }
+            }
+            continue;
+        }
+        if workers.contains_key(&uid) || matches!(pod_phase(pod), "Succeeded" | "Failed") {
+            continue;
+        }
+        let existing = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
+            .filter(|ip| ips.reserve(*ip));
+        let Some(ip) = existing.or_else(|| ips.allocate()) else {
+            tracing::error!("pod IP range exhausted; pod {} waits", pod.name_any());
+            continue;
+        };
+        let (ns, name) = ns_name(pod.as_ref());
+        let cancel = CancellationToken::new();
+        let deleted = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run_pod(
+            ctx.clone(),
+            pod.clone(),
+            ip,
+            cancel.clone(),
+            deleted.clone(),
+        ));
+        tracing::info!(%ns, pod = %name, %ip, "starting pod");
+        workers.insert(
+            uid,
+            Worker {
+                ns,
+                name,
+                ip,
+                cancel,
+                deleted,
+                task,
+            },
+        );
+    }
+    // Pods that vanished without a graceful deletion.
+    for (uid, w) in workers.iter() {
+        if !present.contains(uid) && !w.cancel.is_cancelled() {
+            w.deleted.store(true, Ordering::SeqCst);
+            w.cancel.cancel();
+        }
+    }
+    let done: Vec<String> = workers
+        .iter()
+        .filter(|(uid, w)| !present.contains(*uid) && w.task.is_finished())
+        .map(|(uid, _)| uid.clone())
+        .collect();
+    for uid in done {
+        if let Some(w) = workers.remove(&uid) {
+            tracing::info!(ns = %w.ns, pod = %w.name, "pod stopped and removed");
+            ips.release(w.ip);
+        }
+    }
+    finalizing.retain(|uid| present.contains(uid));
+}
+
+/// Completes a graceful deletion once the pod's processes are gone.
+async fn finalize_delete(ctx: &Ctx, pod: &Pod) {
+    let (ns, name) = ns_name(pod);
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let dp = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    if let Err(e) = api.delete(&name, &dp).await
+        && !is_not_found(&e)
+    {
+        tracing::debug!(%ns, pod = %name, error = %e, "final pod delete failed");
+    }
+}
+
+/// Shared runtime state of one pod, and the wake-up for its status writer.
+struct Reporter {
+    rt: Mutex<PodRt>,
+    notify: Notify,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Init,
+    Main,
+}
+
+impl Reporter {
+    fn update(&self, kind: Kind, idx: usize, f: impl FnOnce(&mut ContainerRt)) {
+        if let Ok(mut rt) = self.rt.lock() {
+            let list = match kind {
+                Kind::Init => &mut rt.init,
+                Kind::Main => &mut rt.main,
+            };
+            if let Some(c) = list.get_mut(idx) {
+                let before = c.clone();
+                f(c);
+                if *c != before {
+                    self.notify.notify_one();
+                }
+            }
+        }
+    }
+
+    fn update_pod(&self, f: impl FnOnce(&mut PodRt)) {
+        if let Ok(mut rt) = self.rt.lock() {
+            f(&mut rt);
+            self.notify.notify_one();
+        }
+    }
+
+    fn snapshot(&self) -> Option<PodRt> {
+        self.rt.lock().ok().map(|r| r.clone())
+    }
+}
+
+fn status_patch(status: &PodStatus) -> Result<serde_json::Value, serde_json::Error> {
+    let mut value = serde_json::to_value(status)?;
+    if let Some(obj) = value.as_object_mut() {
+        // A merge patch keeps fields it does not mention: clear them explicitly.
+        for key in ["reason", "message"] {
+            obj.entry(key).or_insert(serde_json::Value::Null);
+        }
+    }
+    Ok(serde_json::json!({ "status": value }))
+}
+
+/// Writes the pod status whenever the runtime state changes.
+async fn status_writer(
+    ctx: Arc<Ctx>,
+    ns: String,
+    name: String,
+    rep: Arc<Reporter>,
+    stop: CancellationToken,
+) {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut last: Option<PodStatus> = None;
+    let mut conditions: Option<Vec<PodCondition>> = None;
+    loop {
+        tokio::select! {
+            _ = rep.notify.notified() => {}
+            _ = stop.cancelled() => return,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        loop {
+            let Some(rt) = rep.snapshot() else { return };
+            let status = compute_status(&rt, conditions.as_deref(), Timestamp::now());
+            if last.as_ref() == Some(&status) {
+                break;
+            }
+            let result = match status_patch(&status) {
+                Ok(p) => {
+                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&p))
+                        .await
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "serializing pod status");
+                    break;
+                }
+            };
+            match result {
+                Ok(_) => {
+                    conditions = status.conditions.clone();
+                    last = Some(status);
+                    break;
+                }
+                Err(e) if is_not_found(&e) => return,
+                Err(e) => {
+                    tracing::warn!(%ns, pod = %name, error = %e, "writing pod status failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                        _ = stop.cancelled() => return,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Everything a container supervisor needs.
+struct PodEnv {
+    ctx: Arc<Ctx>,
+    facts: PodFacts,
+    pod_dir: PathBuf,
+    logs_dir: PathBuf,
+    volumes: HashMap<String, PathBuf>,
+    base_env: BaseEnv,
+    rep: Arc<Reporter>,
+    cancel: CancellationToken,
+    deleted: Arc<AtomicBool>,
+    grace: Duration,
+}
+
+async fn run_pod(
+    ctx: Arc<Ctx>,
+    pod: Arc<Pod>,
+    ip: Ipv4Addr,
+    cancel: CancellationToken,
+    deleted: Arc<AtomicBool>,
+) {
+    let (ns, name) = ns_name(pod.as_ref());
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let short_uid: String = uid
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .take(8)
+        .collect();
+    let pod_dir = ctx
+        .config
+        .work_dir
+        .join(&ns)
+        .join(format!("{name}-{short_uid}"));
+    let logs_dir = ctx.config.logs_dir.join(&ns).join(&name);
+    // A fresh pod starts with fresh logs (a former pod may have had this name).
+    let _ = tokio::fs::remove_dir_all(&logs_dir).await;
+    for d in [pod_dir.join("home"), pod_dir.join("tmp"), logs_dir.clone()] {
+        if let Err(e) = tokio::fs::create_dir_all(&d).await {
+            tracing::error!(path = %d.display(), error = %e, "creating pod folder failed");
+        }
+    }
+    let spec = pod.spec.clone().unwrap_or_default();
+    let init_specs = spec.init_containers.clone().unwrap_or_default();
+    let rep = Arc::new(Reporter {
+        rt: Mutex::new(PodRt {
+            init: init_specs
+                .iter()
+                .map(|c| ContainerRt::new(&c.name, c.image.as_deref().unwrap_or("")))
+                .collect(),
+            main: spec
+                .containers
+                .iter()
+                .map(|c| ContainerRt::new(&c.name, c.image.as_deref().unwrap_or("")))
+                .collect(),
+            initialized: init_specs.is_empty(),
+            finished: false,
+            pod_ip: Some(ip),
+            host_ip: crate::HOST_IP.to_string(),
+            start_time: Timestamp::now(),
+            failed_reason: None,
+        }),
+        notify: Notify::new(),
+    });
+    let writer_stop = CancellationToken::new();
+    let writer = tokio::spawn(status_writer(
+        ctx.clone(),
+        ns.clone(),
+        name.clone(),
+        rep.clone(),
+        writer_stop.clone(),
+    ));
+    rep.notify.notify_one();
+
+    let facts = PodFacts {
+        name: name.clone(),
+        namespace: ns.clone(),
+        uid: uid.clone(),
+        pod_ip: Some(ip),
+        host_ip: crate::HOST_IP.to_string(),
+        node_name: spec
+            .node_name
+            .clone()
+            .unwrap_or_else(|| crate::NODE_NAME.to_string()),
+        service_account: spec
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        labels: pod.labels().clone(),
+        annotations: pod.annotations().clone(),
+    };
+    let mut base_env = BaseEnv::default();
+    for key in ["PATH", "LANG", "LC_ALL", "TZ"] {
+        if let Ok(v) = std::env::var(key) {
+            base_env.vars.insert(key.into(), v);
+        }
+    }
+    base_env.vars.insert(
+        "HOME".into(),
+        pod_dir.join("home").to_string_lossy().into_owned(),
+    );
+    base_env.vars.insert(
+        "TMPDIR".into(),
+        pod_dir.join("tmp").to_string_lossy().into_owned(),
+    );
+    base_env.vars.insert("HOSTNAME".into(), name.clone());
+    for (k, v) in &ctx.config.extra_env {
+        base_env.vars.insert(k.clone(), v.clone());
+    }
+    let grace_secs = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or(spec.termination_grace_period_seconds)
+        .unwrap_or(30)
+        .max(0) as u64;
+    let grace = Duration::from_secs(grace_secs).min(ctx.config.max_grace_period);
+
+    let volumes = loop {
+        match prepare_volumes(
+            &ctx,
+            &ns,
+            spec.volumes.as_deref().unwrap_or(&[]),
+            &pod_dir,
+            &facts,
+        )
+        .await
+        {
+            Ok(v) => break Some(v),
+            Err(message) => {
+                rep.update_pod(|rt| {
+                    for c in rt.init.iter_mut().chain(rt.main.iter_mut()) {
+                        c.state = RunState::waiting("ContainerCreating", Some(message.clone()));
+                    }
+                });
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    _ = cancel.cancelled() => break None,
+                }
+            }
+        }
+    };
+    if let Some(volumes) = volumes {
+        let env = Arc::new(PodEnv {
+            ctx: ctx.clone(),
+            facts,
+            pod_dir: pod_dir.clone(),
+            logs_dir: logs_dir.clone(),
+            volumes,
+            base_env,
+            rep: rep.clone(),
+            cancel: cancel.clone(),
+            deleted: deleted.clone(),
+            grace,
+        });
+        run_containers(env, &spec, &init_specs).await;
+    }
+    // Stay until the pod is deleted or the runner stops.
+    cancel.cancelled().await;
+    writer_stop.cancel();
+    let _ = writer.await;
+    if deleted.load(Ordering::SeqCst) {
+        if let Some(cur) = ctx
+            .stores
+            .pods
+            .get(&kube::runtime::reflector::ObjectRef::new(&name).within(&ns))
+            && cur.metadata.uid.as_deref() == Some(uid.as_str())
+        {
+            finalize_delete(&ctx, &cur).await;
+        }
+        let _ = tokio::fs::remove_dir_all(&pod_dir).await;
+        let _ = tokio::fs::remove_dir_all(&logs_dir).await;
+    }
+}
+
+async fn run_containers(
+    env: Arc<PodEnv>,
+    spec: &k8s_openapi::api::core::v1::PodSpec,
+    init_specs: &[Container],
+) {
+    let policy = spec
+        .restart_policy
+        .clone()
+        .unwrap_or_else(|| "Always".into());
+    for (idx, c) in init_specs.iter().enumerate() {
+        // Init containers are retried unless the pod never restarts anything.
+        let retry = policy != "Never";
+        let result = supervise(env.clone(), Kind::Init, idx, c.clone(), move |code| {
+            retry && code != 0
+        })
+        .await;
+        match result {
+            Some(0) => {}
+            Some(code) => {
+                env.rep.update_pod(|rt| {
+                    rt.failed_reason = Some((
+                        "InitContainerFailed".into(),
+                        format!("init container {:?} exited with code {code}", c.name),
+                    ));
+                    rt.finished = true;
+                    for m in rt.main.iter_mut() {
+                        m.state = RunState::waiting("PodInitializing", None);
+                    }
+                });
+                return;
+            }
+            None => return,
+        }
+    }
+    env.rep.update_pod(|rt| rt.initialized = true);
+    let mut set = tokio::task::JoinSet::new();
+    for (idx, c) in spec.containers.iter().enumerate() {
+        let policy = policy.clone();
+        let restart = move |code: i32| match policy.as_str() {
+            "Never" => false,
+            "OnFailure" => code != 0,
+            _ => true,
+        };
+        set.spawn(supervise(env.clone(), Kind::Main, idx, c.clone(), restart));
+    }
+    let mut all_done = true;
+    while let Some(r) = set.join_next().await {
+        if !matches!(r, Ok(Some(_))) {
+            all_done = false;
+        }
+    }
+    if all_done && !env.cancel.is_cancelled() {
+        env.rep.update_pod(|rt| rt.finished = true);
+    }
+}
+
+/// Runs one container, restarting it per `restart(exit_code)` with backoff.
+/// Returns the final exit code, or None when cancelled.
+async fn supervise(
+    env: Arc<PodEnv>,
+    kind: Kind,
+    idx: usize,
+    container: Container,
+    restart: impl Fn(i32) -> bool,
+) -> Option<i32> {
+    let mut consecutive_failures: u32 = 0;
+    let mut first = true;
+    loop {
+        let image = container.image.clone().unwrap_or_default();
+        let Some(entry) = env.ctx.config.image_map.resolve(&image).cloned() else {
+            let msg = format!(
+                "image {image:?} is not in the devcluster image map ({}); add an entry whose `image` pattern matches it",
+                env.ctx.config.image_map.describe_sources()
+            );
+            env.rep.update(kind, idx, |c| {
+                c.state = RunState::waiting("ErrImagePull", Some(msg))
+            });
+            if wait_or_cancel(&env.cancel, Duration::from_secs(5)).await {
+                return None;
+            }
+            continue;
+        };
+        let refs = match fetch_refs(&env.ctx, &env.facts.namespace, &container).await {
+            Ok(r) => r,
+            Err(msg) => {
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting("CreateContainerConfigError", Some(msg))
+                });
+                if wait_or_cancel(&env.cancel, Duration::from_secs(2)).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let paths = PathMap::new(container.volume_mounts.iter().flatten().filter_map(|m| {
+            let base = env.volumes.get(&m.name)?;
+            let dir = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                Some(sub) => base.join(sub),
+                None => base.clone(),
+            };
+            Some((m.mount_path.clone(), dir))
+        }));
+        let spec = match build_process(&container, &entry, &env.facts, &refs, &env.base_env, &paths)
+        {
+            Ok(s) => s,
+            Err(p) => {
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting(p.reason, Some(p.message))
+                });
+                if wait_or_cancel(&env.cancel, Duration::from_secs(2)).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let cwd = working_dir(&env.pod_dir, spec.working_dir.as_deref()).await;
+        let log_path = env.logs_dir.join(format!("{}.log", container.name));
+        if !first {
+            rotate_log(&log_path).await;
+        }
+        let sink = match LogSink::open(&log_path).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "opening container log failed");
+                if wait_or_cancel(&env.cancel, Duration::from_secs(2)).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let image_id = format!(
+            "devcluster-image-map://{}#{}",
+            entry.source.display(),
+            entry.image
+        );
+        if !first {
+            env.rep.update(kind, idx, |c| c.restart_count += 1);
+        }
+        first = false;
+        let started_at = Timestamp::now();
+        let began = Instant::now();
+        let outcome = match spawn(&spec, &cwd, &sink).await {
+            Ok(running) => {
+                run_instance(
+                    &env, kind, idx, &container, &spec, &cwd, running, started_at, image_id,
+                )
+                .await
+            }
+            Err(e) => {
+                sink.note(&format!("devcluster: {e}")).await;
+                Some(RunState::Terminated {
+                    exit_code: 128,
+                    signal: None,
+                    reason: "StartError".into(),
+                    message: Some(e.to_string()),
+                    started_at: None,
+                    finished_at: Timestamp::now(),
+                    container_id: None,
+                })
+            }
+        };
+        let terminated = outcome?;
+        let code = match &terminated {
+            RunState::Terminated { exit_code, .. } => *exit_code,
+            _ => 255,
+        };
+        if !restart(code) {
+            env.rep.update(kind, idx, |c| {
+                c.state = terminated;
+                c.ready = false;
+            });
+            return Some(code);
+        }
+        if began.elapsed() > env.ctx.config.restart_backoff_max * 2 {
+            consecutive_failures = 0;
+        }
+        let delay = backoff_delay(
+            env.ctx.config.restart_backoff_base,
+            env.ctx.config.restart_backoff_max,
+            consecutive_failures,
+        );
+        consecutive_failures += 1;
+        let msg = format!(
+            "back-off {:?} restarting failed container={} pod={}",
+            delay, container.name, env.facts.name
+        );
+        env.rep.update(kind, idx, |c| {
+            c.last_state = Some(terminated);
+            c.state = RunState::waiting("CrashLoopBackOff", Some(msg));
+            c.ready = false;
+        });
+        if wait_or_cancel(&env.cancel, delay).await {
+            return None;
+        }
+    }
+}
+
+/// Runs a started instance until it exits, fails liveness, or the pod stops.
+/// Returns the Terminated state, or None when the pod was stopped.
+#[allow(clippy::too_many_arguments)]
+async fn run_instance(
+    env: &Arc<PodEnv>,
+    kind: Kind,
+    idx: usize,
+    container: &Container,
+    spec: &ProcessSpec,
+    cwd: &Path,
+    mut running: Running,
+    started_at: Timestamp,
+    image_id: String,
+) -> Option<RunState> {
+    let container_id = running.pid().map(|p| format!("devcluster://{p}"));
+    let has_startup = container.startup_probe.is_some() && kind == Kind::Main;
+    let needs_ready_check = kind == Kind::Main
+        && (container.readiness_probe.is_some()
+            || (env.ctx.config.implicit_port_readiness && first_tcp_port(container).is_some()));
+    env.rep.update(kind, idx, |c| {
+        c.state = RunState::Running { started_at };
+        c.container_id = container_id.clone();
+        c.image_id = image_id;
+        c.started = !has_startup;
+        c.ready = kind == Kind::Main && !has_startup && !needs_ready_check;
+    });
+    let live_fail = Arc::new(Notify::new());
+    let probes = if kind == Kind::Main {
+        let ip = env.facts.pod_ip.unwrap_or(Ipv4Addr::LOCALHOST);
+        Some(tokio::spawn(probe_loop(
+            env.rep.clone(),
+            idx,
+            container.clone(),
+            ip,
+            spec.clone(),
+            cwd.to_path_buf(),
+            live_fail.clone(),
+            env.ctx.config.implicit_port_readiness,
+        )))
+    } else {
+        None
+    };
+    let exited = tokio::select! {
+        st = running.exited() => Some(st),
+        _ = env.cancel.cancelled() => None,
+        _ = live_fail.notified() => None,
+    };
+    if let Some(p) = &probes {
+        p.abort();
+    }
+    env.rep.update(kind, idx, |c| c.ready = false);
+    let cancelled = env.cancel.is_cancelled();
+    let (status, reason_override) = match exited {
+        Some(st) => {
+            running.cleanup().await;
+            (st, None)
+        }
+        None => {
+            if cancelled && env.deleted.load(Ordering::SeqCst) {
+                // Give endpoints and proxies a moment to stop routing here.
+                tokio::time::sleep(env.ctx.config.termination_drain).await;
+            }
+            let st = running.stop(env.grace).await;
+            (
+                st,
+                (!cancelled).then_some("container killed after failing its liveness probe"),
+            )
+        }
+    };
+    if cancelled {
+        return None;
+    }
+    let (exit_code, signal) = exit_code_of(&status);
+    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    Some(RunState::Terminated {
+        exit_code,
+        signal,
+        reason: reason.to_string(),
+        message: reason_override.map(str::to_string),
+        started_at: Some(started_at),
+        finished_at: Timestamp::now(),
+        container_id,
+    })
+}
+
+fn first_tcp_port(c: &Container) -> Option<u16> {
+    c.ports
+        .iter()
+        .flatten()
+        .find(|p| p.protocol.as_deref().unwrap_or("TCP") == "TCP")
+        .and_then(|p| u16::try_from(p.container_port).ok())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn probe_loop(
+    rep: Arc<Reporter>,
+    idx: usize,
+    container: Container,
+    ip: Ipv4Addr,
+    spec: ProcessSpec,
+    cwd: PathBuf,
+    live_fail: Arc<Notify>,
+    implicit_port_readiness: bool,
+) {
+    if let Some(p) = &container.startup_probe {
+        let t = Timing::of(p);
+        tokio::time::sleep(t.initial_delay).await;
+        let mut failures = 0;
+        loop {
+            match probe_once(p, &container, ip, Some(&spec), &cwd).await {
+                Ok(()) => break,
+                Err(_) => {
+                    failures += 1;
+                    if failures >= t.failure_threshold {
+                        live_fail.notify_one();
+                        return;
+                    }
+                }
+            }
+            tokio::time::sleep(t.period).await;
+        }
+        let has_ready_check = container.readiness_probe.is_some()
+            || (implicit_port_readiness && first_tcp_port(&container).is_some());
+        rep.update(Kind::Main, idx, |c| {
+            c.started = true;
+            c.ready = !has_ready_check;
+        });
+    }
+    let readiness = async {
+        if let Some(p) = &container.readiness_probe {
+            let t = Timing::of(p);
+            tokio::time::sleep(t.initial_delay).await;
+            let (mut ok, mut bad) = (0u32, 0u32);
+            loop {
+                match probe_once(p, &container, ip, Some(&spec), &cwd).await {
+                    Ok(()) => {
+                        ok += 1;
+                        bad = 0;
+                        if ok >= t.success_threshold {
+                            rep.update(Kind::Main, idx, |c| c.ready = true);
+                        }
+                    }
+                    Err(_) => {
+                        bad += 1;
+                        ok = 0;
+                        if bad >= t.failure_threshold {
+                            rep.update(Kind::Main, idx, |c| c.ready = false);
+                        }
+                    }
+                }
+                tokio::time::sleep(t.period).await;
+            }
+        } else if implicit_port_readiness && let Some(port) = first_tcp_port(&container) {
+            // No readiness probe: ready once the declared port accepts connections.
+            let addr = std::net::SocketAddr::from((ip, port));
+            for _ in 0..6000 {
+                if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                    rep.update(Kind::Main, idx, |c| c.ready = true);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Never ready within 10 minutes: stay not ready like a failing probe.
+        }
+    };
+    let liveness = async {
+        if let Some(p) = &container.liveness_probe {
+            let t = Timing::of(p);
+            tokio::time::sleep(t.initial_delay).await;
+            let mut bad = 0u32;
+            loop {
+                match probe_once(p, &container, ip, Some(&spec), &cwd).await {
+                    Ok(()) => bad = 0,
+                    Err(e) => {
+                        bad += 1;
+                        if bad >= t.failure_threshold {
+                            tracing::info!(container = %container.name, error = %e, "liveness probe failed; restarting");
+                            live_fail.notify_one();
+                            return;
+                        }
+                    }
+                }
+                tokio::time::sleep(t.period).await;
+            }
+        }
+    };
+    tokio::join!(readiness, liveness);
+}
+
+/// Sleeps for `d`; true when cancelled first.
+async fn wait_or_cancel(cancel: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+/// The folder a container runs in: the mapped workingDir when it exists on
+/// this machine, else the same path under the pod's private root; the pod's
+/// home folder when none is set.
+async fn working_dir(pod_dir: &Path, wanted: Option<&str>) -> PathBuf {
+    let Some(w) = wanted.filter(|w| !w.is_empty()) else {
+        return pod_dir.join("home");
+    };
+    let p = PathBuf::from(w);
+    if p.is_absolute() && tokio::fs::metadata(&p).await.is_ok_and(|m| m.is_dir()) {
+        return p;
+    }
+    let under_root = pod_dir.join("rootfs").join(w.trim_start_matches('/'));
+    let _ = tokio::fs::create_dir_all(&under_root).await;
+    under_root
+}
+
+/// Reads the ConfigMaps and Secrets a container's env refers to.
+async fn fetch_refs(ctx: &Ctx, ns: &str, c: &Container) -> Result<RefData, String> {
+    let mut cms: BTreeMap<String, ()> = BTreeMap::new();
+    let mut secrets: BTreeMap<String, ()> = BTreeMap::new();
+    for from in c.env_from.iter().flatten() {
+        if let Some(r) = &from.config_map_ref {
+            cms.insert(r.name.clone(), ());
+        }
+        if let Some(r) = &from.secret_ref {
+            secrets.insert(r.name.clone(), ());
+        }
+    }
+    for v in c.env.iter().flatten() {
+        if let Some(f) = &v.value_from {
+            if let Some(r) = &f.config_map_key_ref {
+                cms.insert(r.name.clone(), ());
+            }
+            if let Some(r) = &f.secret_key_ref {
+                secrets.insert(r.name.clone(), ());
+            }
+        }
+    }
+    let mut out = RefData::default();
+    let cm_api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    for name in cms.keys() {
+        if let Some(cm) = cm_api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading configmap {name:?}: {e}"))?
+        {
+            out.config_maps.insert(name.clone(), cm);
+        }
+    }
+    let s_api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    for name in secrets.keys() {
+        if let Some(s) = s_api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading secret {name:?}: {e}"))?
+        {
+            out.secrets.insert(name.clone(), s);
+        }
+    }
+    Ok(out)
+}
+
+fn write_file(path: &Path, data: &[u8], mode: Option<i32>) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(path, data).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mode = mode.unwrap_or(0o644) as u32 & 0o777;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Safe relative file name inside a volume (no `..`, no absolute paths).
+fn safe_rel(p: &str) -> Option<&str> {
+    let ok = !p.is_empty() && !p.starts_with('/') && !p.split('/').any(|s| s == "..");
+    ok.then_some(p)
+}
+
+/// Writes key/value files of a ConfigMap/Secret volume.
+fn materialise(
+    dir: &Path,
+    data: &BTreeMap<String, Vec<u8>>,
+    items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+    default_mode: Option<i32>,
+) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    match items {
+        Some(items) if !items.is_empty() => {
+            for item in items {
+                let value = data
+                    .get(&item.key)
+                    .ok_or_else(|| format!("key {:?} not found", item.key))?;
+                if let Some(rel) = safe_rel(&item.path) {
+                    write_file(&dir.join(rel), value, item.mode.or(default_mode))?;
+                }
+            }
+        }
+        _ => {
+            for (k, v) in data {
+                if let Some(rel) = safe_rel(k) {
+                    write_file(&dir.join(rel), v, default_mode)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates one folder per volume and fills ConfigMap, Secret and downward-API volumes.
+async fn prepare_volumes(
+    ctx: &Ctx,
+    ns: &str,
+    volumes: &[Volume],
+    pod_dir: &Path,
+    facts: &PodFacts,
+) -> Result<HashMap<String, PathBuf>, String> {
+    let mut out = HashMap::new();
+    for v in volumes {
+        let dir = pod_dir.join("volumes").join(&v.name);
+        if let Some(h) = &v.host_path {
+            // hostPath is the one volume that is the host's own folder.
+            out.insert(v.name.clone(), PathBuf::from(&h.path));
+            continue;
+        }
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        if let Some(cm) = &v.config_map {
+            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+            match api.get_opt(&cm.name).await.map_err(|e| e.to_string())? {
+                Some(obj) => {
+                    let mut data: BTreeMap<String, Vec<u8>> = obj
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.into_bytes()))
+                        .collect();
+                    for (k, b) in obj.binary_data.unwrap_or_default() {
+                        data.insert(k, b.0);
+                    }
+                    materialise(&dir, &data, cm.items.as_deref(), cm.default_mode)
+                        .map_err(|e| format!("configmap volume {:?}: {e}", v.name))?;
+                }
+                None if cm.optional == Some(true) => {}
+                None => return Err(format!("configmap {:?} not found", cm.name)),
+            }
+        } else if let Some(s) = &v.secret {
+            let name = s.secret_name.clone().unwrap_or_default();
+            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+            match api.get_opt(&name).await.map_err(|e| e.to_string())? {
+                Some(obj) => {
+                    let mut data: BTreeMap<String, Vec<u8>> = obj
+                        .data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect();
+                    for (k, sv) in obj.string_data.unwrap_or_default() {
+                        data.insert(k, sv.into_bytes());
+                    }
+                    materialise(&dir, &data, s.items.as_deref(), s.default_mode)
+                        .map_err(|e| format!("secret volume {:?}: {e}", v.name))?;
+                }
+                None if s.optional == Some(true) => {}
+                None => return Err(format!("secret {name:?} not found")),
+            }
+        } else if let Some(d) = &v.downward_api {
+            for item in d.items.iter().flatten() {
+                let value = item
+                    .field_ref
+                    .as_ref()
+                    .and_then(|f| crate::spec::field_value(f, facts))
+                    .unwrap_or_default();
+                if let Some(rel) = safe_rel(&item.path) {
+                    write_file(
+                        &dir.join(rel),
+                        value.as_bytes(),
+                        item.mode.or(d.default_mode),
+                    )?;
+                }
+            }
+        } else if v.empty_dir.is_none() {
+            tracing::warn!(volume = %v.name, "volume type not supported by devcluster; using an empty folder");
+        }
+        out.insert(v.name.clone(), dir);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_caps() {
+        let b = Duration::from_millis(100);
+        let cap = Duration::from_secs(1);
+        assert_eq!(backoff_delay(b, cap, 0), Duration::from_millis(100));
+        assert_eq!(backoff_delay(b, cap, 1), Duration::from_millis(200));
+        assert_eq!(backoff_delay(b, cap, 3), Duration::from_millis(800));
+        assert_eq!(backoff_delay(b, cap, 4), cap);
+        assert_eq!(backoff_delay(b, cap, 400), cap);
+    }
+
+    #[test]
+    fn volume_files_items_and_modes() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let data: BTreeMap<String, Vec<u8>> = [
+            ("a".to_string(), b"A".to_vec()),
+            ("b".to_string(), b"B".to_vec()),
+        ]
+        .into();
+        materialise(&dir.path().join("all"), &data, None, Some(0o600)).unwrap();
+        assert_eq!(std::fs::read(dir.path().join("all/a")).unwrap(), b"A");
+        let mode = std::fs::metadata(dir.path().join("all/b"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
+        assert_eq!(mode, 0o600);
+        let items = vec![k8s_openapi::api::core::v1::KeyToPath {
+            key: "b".into(),
+            path: "sub/bee".into(),
+            mode: None,
+        }];
+        materialise(&dir.path().join("some"), &data, Some(&items), None).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("some/sub/bee")).unwrap(),
+            b"B"
+        );
+        assert!(!dir.path().join("some/a").exists());
+        let bad = vec![k8s_openapi::api::core::v1::KeyToPath {
+            key: "zz".into(),
+            path: "x".into(),
+            mode: None,
+        }];
+        assert!(materialise(&dir.path().join("bad"), &data, Some(&bad), None).is_err());
+        assert_eq!(safe_rel("../x"), None);
+        assert_eq!(safe_rel("/x"), None);
+    }
+
+    #[tokio::test]
+    async fn working_dir_falls_back_under_pod_root() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(working_dir(dir.path(), None).await, dir.path().join("home"));
+        let existing = dir.path().to_string_lossy().into_owned();
+        assert_eq!(working_dir(dir.path(), Some(&existing)).await, dir.path());
+        let w = working_dir(dir.path(), Some("/app/srv")).await;
+        assert_eq!(w, dir.path().join("rootfs/app/srv"));
+        assert!(w.is_dir());
+    }
+}
