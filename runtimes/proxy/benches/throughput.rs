@@ -1,1 +1,226 @@
-fn main() {}
+//! Throughput and latency of the runtime against a bare Rust HTTP server.
+//!
+//! `cargo bench -p kubeless-runtime --bench throughput` prints req/s, p50 and
+//! p99 at 1, 16 and 64 keep-alive connections for: a bare hyper server
+//! (the baseline, measured in the same run), `serve` with the built-in no-op
+//! worker, and Python and Node.js hello functions. Every server is its own
+//! process on a loopback port; the load generator is one thread.
+//! KUBELESS_BENCH_SECONDS sets the time per point (default 3).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+
+const BIN: &str = env!("CARGO_BIN_EXE_kubeless-runtime");
+const CONNS: [usize; 3] = [1, 16, 64];
+
+fn main() {
+    if let Ok(port) = std::env::var("KUBELESS_BENCH_ECHO_PORT") {
+        echo_server(port.parse().unwrap());
+        return;
+    }
+    let secs: f64 = std::env::var("KUBELESS_BENCH_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
+    let dur = Duration::from_secs_f64(secs);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+
+    let targets: Vec<(&str, Box<dyn Fn(u16) -> Command>)> = vec![
+        (
+            "baseline (bare hyper)",
+            Box::new(|port| {
+                let mut c = Command::new(std::env::current_exe().unwrap());
+                c.env("KUBELESS_BENCH_ECHO_PORT", port.to_string());
+                c
+            }),
+        ),
+        ("proxy + no-op worker", Box::new(|port| serve(port, "noop", "", &fixtures.join("python")))),
+        ("python hello", Box::new(|port| serve(port, "auto", "python3.11", &fixtures.join("python")))),
+        ("node hello", Box::new(|port| serve(port, "auto", "nodejs20", &fixtures.join("nodejs")))),
+    ];
+    let mut results: Vec<(&str, Vec<Point>)> = Vec::new();
+    for (name, make) in &targets {
+        let port = free_port();
+        let mut child = make(port).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let points = rt.block_on(async {
+            wait_ready(port).await;
+            let _ = load(port, 16, Duration::from_millis(500)).await; // warm-up
+            let mut v = Vec::new();
+            for c in CONNS {
+                v.push(load(port, c, dur).await);
+            }
+            v
+        });
+        stop(&mut child);
+        for (c, p) in CONNS.iter().zip(&points) {
+            println!(
+                "{name:<24} conns={c:<3} {:>9.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us  ({} requests, {} errors)",
+                p.rps, p.p50_us, p.p99_us, p.count, p.errors
+            );
+        }
+        results.push((name, points));
+    }
+    let base = &results[0].1;
+    println!("\nratios vs baseline (req/s share; p50 multiple):");
+    for (name, points) in &results[1..] {
+        let cells: Vec<String> = CONNS
+            .iter()
+            .zip(points.iter().zip(base))
+            .map(|(c, (p, b))| format!("c{c}: {:.1}% req/s, p50 x{:.2}", 100.0 * p.rps / b.rps, p.p50_us / b.p50_us))
+            .collect();
+        println!("{name:<24} {}", cells.join(" | "));
+    }
+}
+
+fn serve(port: u16, worker: &str, runtime: &str, dir: &Path) -> Command {
+    let runtimes = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let mut c = Command::new(BIN);
+    c.arg("serve")
+        .env("FUNC_PORT", port.to_string())
+        .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
+        .env("FUNC_HANDLER", "hello")
+        .env("MOD_NAME", "funcs")
+        .env("FUNC_TIMEOUT", "30")
+        .env("FUNC_RUNTIME", runtime)
+        .env("KUBELESS_WORKER", worker)
+        .env("KUBELESS_INSTALL_VOLUME", dir)
+        .env("KUBELESS_PYTHON_WORKER", runtimes.join("python/kubeless_worker.py"))
+        .env("KUBELESS_NODEJS_WORKER", runtimes.join("nodejs/kubeless_worker.js"))
+        .env("RUST_LOG", "warn");
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn stop(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+async fn wait_ready(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(mut s) = connect(port).await
+            && let Ok(r) = s.send_request(get(port)).await
+            && r.status() == 200
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("server on port {port} not ready");
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
+
+async fn connect(port: u16) -> std::io::Result<Sender> {
+    let stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(std::io::Error::other)?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+fn get(port: u16) -> Request<Empty<Bytes>> {
+    Request::get("/").header("host", format!("127.0.0.1:{port}")).body(Empty::new()).unwrap()
+}
+
+struct Point {
+    rps: f64,
+    p50_us: f64,
+    p99_us: f64,
+    count: usize,
+    errors: usize,
+}
+
+async fn load(port: u16, conns: usize, dur: Duration) -> Point {
+    let start = Instant::now();
+    let deadline = start + dur;
+    let tasks: Vec<_> = (0..conns)
+        .map(|_| {
+            tokio::spawn(async move {
+                let mut lat = Vec::with_capacity(100_000);
+                let mut errors = 0usize;
+                let Ok(mut s) = connect(port).await else { return (lat, 1) };
+                // Bounded by time and by a request cap.
+                while Instant::now() < deadline && lat.len() < 5_000_000 {
+                    let t = Instant::now();
+                    match s.send_request(get(port)).await {
+                        Ok(r) if r.status() == 200 => {
+                            let _ = r.into_body().collect().await;
+                            lat.push(t.elapsed().as_nanos() as u64);
+                        }
+                        _ => {
+                            errors += 1;
+                            match connect(port).await {
+                                Ok(n) => s = n,
+                                Err(_) => return (lat, errors),
+                            }
+                        }
+                    }
+                }
+                (lat, errors)
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        all.extend(l);
+        errors += e;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    all.sort_unstable();
+    let pct = |q: f64| -> f64 {
+        if all.is_empty() {
+            return f64::NAN;
+        }
+        let i = ((all.len() as f64 - 1.0) * q).round() as usize;
+        all[i] as f64 / 1000.0
+    };
+    Point { rps: all.len() as f64 / elapsed, p50_us: pct(0.5), p99_us: pct(0.99), count: all.len(), errors }
+}
+
+/// The baseline: a bare hyper HTTP/1 server answering "hello world", with the same runtime shape as the proxy.
+fn echo_server(port: u16) {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async move {
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        loop {
+            let Ok((s, _)) = l.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let body = if body.is_empty() { Bytes::from_static(b"hello world") } else { body };
+                    Ok::<_, Infallible>(Response::new(Full::new(body)))
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+            });
+        }
+    });
+}
