@@ -1,0 +1,83 @@
+//! The controller's one error type.
+
+/// Why a reconcile (or the controller) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Server-side apply of a child object failed.
+    #[error("applying {kind} {namespace}/{name} failed")]
+    Apply {
+        /// Kind of the child.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Deleting a child object failed.
+    #[error("deleting {kind} {namespace}/{name} failed")]
+    Delete {
+        /// Kind of the child.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// Writing the Function's status failed.
+    #[error("writing the status of Function {namespace}/{name} failed")]
+    Status {
+        /// Namespace of the Function.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A Function without a namespace (the CRD is namespaced, so only a broken server sends one).
+    #[error("Function {0} has no namespace")]
+    NoNamespace(String),
+    /// Adding or removing the finalizer failed, or the wrapped reconcile failed.
+    #[error("finalizer handling failed")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+    /// Creating the Kubernetes client failed.
+    #[error("creating the Kubernetes client failed")]
+    Client(#[source] kube::Error),
+    /// Reading the kubeless-config ConfigMap at start failed.
+    #[error("reading ConfigMap {namespace}/{name} failed")]
+    Config {
+        /// Namespace of the ConfigMap.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// Short, stable label for metrics and Event reasons.
+    pub fn metric_label(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
+        match self {
+            Self::Apply { .. } => "ApplyFailed",
+            Self::Delete { .. } => "DeleteFailed",
+            Self::Status { .. } => "StatusFailed",
+            Self::NoNamespace(_) => "NoNamespace",
+            Self::Config { .. } => "ConfigFailed",
+            Self::Client(_) => "ClientFailed",
+            Self::Finalizer(inner) => match inner.as_ref() {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
+                F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",
+                F::UnnamedObject | F::InvalidFinalizer => "FinalizerFailed",
+            },
+        }
+    }
+}

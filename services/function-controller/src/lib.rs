@@ -1,0 +1,373 @@
+//! Kubeless function-controller: watches Functions and the `kubeless-config` ConfigMap and keeps
+//! each Function's ConfigMap, Deployment, Service and HPA in shape, with status conditions.
+//!
+//! Layout: [`catalogue`] and [`config`] read the configuration, [`builders`] turn a Function
+//! into objects (pure), [`diagnose`] reads pods into conditions (pure), [`reconcile`] talks to
+//! the API. [`run_controller`] is the library entry point tests use; [`serve`] is what the
+//! binary runs under the kubeless-service scaffold.
+
+pub mod builders;
+pub mod catalogue;
+pub mod config;
+pub mod diagnose;
+mod error;
+pub mod metrics;
+pub mod reconcile;
+
+use std::sync::{Arc, RwLock};
+
+use futures::{StreamExt, channel::mpsc};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    core::v1::{ConfigMap, Pod, Service},
+};
+use kube::{
+    Api, Client, Resource,
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Config as ControllerRunConfig,
+        events::{Recorder, Reporter},
+        reflector, watcher,
+    },
+};
+use kubeless_api::{
+    Function,
+    labels::{CREATED_BY, CREATED_BY_VALUE},
+};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+pub use config::ControllerConfig;
+pub use error::Error;
+pub use reconcile::FIELD_MANAGER;
+
+use crate::metrics::ControllerMetrics;
+use crate::reconcile::{Context, Stores, error_policy, function_of, reconcile, strip_meta};
+
+/// Name of the service (OTel service name, default Lease name).
+pub const SERVICE_NAME: &str = "function-controller";
+
+/// Flags of the function-controller (besides the shared service flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ControllerArgs {
+    /// Namespace of the kubeless-config ConfigMap (the controller's own namespace).
+    #[arg(
+        long = "kubeless-namespace",
+        env = "KUBELESS_NAMESPACE",
+        default_value = "kubeless"
+    )]
+    pub kubeless_namespace: String,
+    /// Name of the controller ConfigMap.
+    #[arg(
+        long = "kubeless-config",
+        env = "KUBELESS_CONFIG",
+        default_value = "kubeless-config"
+    )]
+    pub kubeless_config: String,
+    /// How many Functions are reconciled at the same time.
+    #[arg(
+        long = "concurrency",
+        env = "KUBELESS_CONCURRENCY",
+        default_value_t = 64
+    )]
+    pub concurrency: u16,
+}
+
+/// The whole command line.
+#[derive(Debug, clap::Parser)]
+#[command(
+    name = "function-controller",
+    version,
+    about = "Kubeless function-controller"
+)]
+pub struct Cli {
+    /// Flags every kubeless service has.
+    #[command(flatten)]
+    pub service: kubeless_service::ServiceArgs,
+    /// This controller's flags.
+    #[command(flatten)]
+    pub controller: ControllerArgs,
+}
+
+/// Resolved settings of [`run_controller`].
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespace of the kubeless-config ConfigMap.
+    pub config_namespace: String,
+    /// Name of the kubeless-config ConfigMap.
+    pub config_name: String,
+    /// Only this namespace (flag); when `None`, the ConfigMap's functions-namespace, else all.
+    pub watch_namespace: Option<String>,
+    /// Parallel reconciles.
+    pub concurrency: u16,
+    /// Reporting instance of Events (the pod name).
+    pub instance: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            config_namespace: "kubeless".into(),
+            config_name: "kubeless-config".into(),
+            watch_namespace: None,
+            concurrency: 64,
+            instance: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Settings from the flags; `watch_namespace` comes from the shared `--watch-namespace`.
+    pub fn from_args(args: ControllerArgs, watch_namespace: Option<String>) -> Self {
+        let ControllerArgs {
+            kubeless_namespace,
+            kubeless_config,
+            concurrency,
+        } = args;
+        Self {
+            config_namespace: kubeless_namespace,
+            config_name: kubeless_config,
+            watch_namespace,
+            concurrency: concurrency.max(1),
+            instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+        }
+    }
+}
+
+/// What the binary runs under [`kubeless_service::run`].
+pub async fn serve(ctx: kubeless_service::Context, args: ControllerArgs) -> Result<(), Error> {
+    let client = match ctx.kube_client.clone() {
+        Some(c) => c,
+        None => Client::try_default().await.map_err(Error::Client)?,
+    };
+    let settings = Settings::from_args(args, ctx.config.watch_namespace.clone());
+    ctx.readiness.set_ready(true);
+    run_controller(client, settings, &ctx.metrics, ctx.shutdown.token().clone()).await
+}
+
+/// Runs the controller until `shutdown` is cancelled. Restarts its watches when the
+/// ConfigMap's functions-namespace changes (and no namespace flag pins it).
+pub async fn run_controller(
+    client: Client,
+    settings: Settings,
+    metrics: &kubeless_service::Metrics,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let metrics = ControllerMetrics::register(metrics);
+    loop {
+        let cfg = load_config(&client, &settings).await?;
+        let namespace = settings
+            .watch_namespace
+            .clone()
+            .or_else(|| cfg.functions_namespace.clone());
+        tracing::info!(
+            namespace = namespace.as_deref().unwrap_or("<all>"),
+            "watching Functions"
+        );
+        let restart = shutdown.child_token();
+        run_once(&client, &settings, cfg, namespace, metrics.clone(), restart).await;
+        if shutdown.is_cancelled() {
+            return Ok(());
+        }
+        tracing::info!("functions-namespace changed; restarting the watches");
+    }
+}
+
+async fn load_config(client: &Client, s: &Settings) -> Result<ControllerConfig, Error> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &s.config_namespace);
+    match api.get_opt(&s.config_name).await {
+        Ok(Some(cm)) => Ok(config_from(&cm)),
+        Ok(None) => {
+            tracing::info!(
+                namespace = s.config_namespace,
+                name = s.config_name,
+                "no controller ConfigMap; using the built-in runtime catalogue"
+            );
+            Ok(ControllerConfig::default())
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            tracing::warn!(error = %e, "may not read the controller ConfigMap; using defaults");
+            Ok(ControllerConfig::default())
+        }
+        Err(source) => Err(Error::Config {
+            namespace: s.config_namespace.clone(),
+            name: s.config_name.clone(),
+            source,
+        }),
+    }
+}
+
+fn config_from(cm: &ConfigMap) -> ControllerConfig {
+    let (cfg, problems) = ControllerConfig::from_data(&cm.data.clone().unwrap_or_default());
+    for p in problems {
+        tracing::warn!(error = %p, source = ?std::error::Error::source(&p), "ignoring a bad controller ConfigMap key");
+    }
+    cfg
+}
+
+fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// One cached, stripped watch of a child kind: returns its store and the trigger stream.
+fn child_watch<K>(
+    client: &Client,
+    namespace: Option<&str>,
+    strip: fn(&mut K),
+) -> (
+    reflector::Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    // Only what Kubeless creates: other ConfigMaps, Services and Pods are none of our business.
+    let wc = watcher::Config::default().labels(&format!("{CREATED_BY}={CREATED_BY_VALUE}"));
+    let stream = watcher(api_in::<K>(client, namespace), wc)
+        .default_backoff()
+        .modify(strip)
+        .reflect(writer)
+        .touched_objects();
+    (store, stream)
+}
+
+async fn run_once(
+    client: &Client,
+    settings: &Settings,
+    cfg: ControllerConfig,
+    namespace: Option<String>,
+    metrics: ControllerMetrics,
+    restart: CancellationToken,
+) {
+    let ns = namespace.as_deref();
+    let (config_maps, cm_stream) = child_watch::<ConfigMap>(client, ns, |o| {
+        o.data = None;
+        o.binary_data = None;
+        strip_meta(o);
+    });
+    let (deployments, dep_stream) = child_watch::<Deployment>(client, ns, |o| {
+        o.spec = None;
+        strip_meta(o);
+    });
+    let (services, svc_stream) = child_watch::<Service>(client, ns, |o| {
+        o.spec = None;
+        strip_meta(o);
+    });
+    let (hpas, hpa_stream) = child_watch::<HorizontalPodAutoscaler>(client, ns, |o| {
+        o.spec = None;
+        strip_meta(o);
+    });
+    let (pods, pod_stream) = child_watch::<Pod>(client, ns, |o| {
+        o.spec = None;
+        strip_meta(o);
+    });
+    let shared = Arc::new(RwLock::new(Arc::new(cfg)));
+    let (trigger_tx, trigger_rx) = mpsc::unbounded::<()>();
+    let watch_task = tokio::spawn(watch_config(
+        client.clone(),
+        settings.clone(),
+        shared.clone(),
+        trigger_tx,
+        restart.clone(),
+    ));
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        config: shared,
+        stores: Stores {
+            config_maps,
+            deployments,
+            services,
+            hpas,
+            pods,
+        },
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: settings.instance.clone(),
+            },
+        ),
+        metrics,
+    });
+    let functions = api_in::<Function>(client, ns);
+    Controller::new(functions, watcher::Config::default())
+        .with_config(ControllerRunConfig::default().concurrency(settings.concurrency))
+        .owns_stream(cm_stream)
+        .owns_stream(dep_stream)
+        .owns_stream(svc_stream)
+        .owns_stream(hpa_stream)
+        .watches_stream(pod_stream, |p: Pod| function_of(&p))
+        .reconcile_all_on(trigger_rx)
+        .graceful_shutdown_on(restart.clone().cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+    restart.cancel();
+    let _ = watch_task.await;
+}
+
+/// Follows the controller ConfigMap: a changed config replaces the shared one and requeues
+/// every Function; a changed functions-namespace restarts the watches.
+async fn watch_config(
+    client: Client,
+    settings: Settings,
+    shared: Arc<RwLock<Arc<ControllerConfig>>>,
+    trigger: mpsc::UnboundedSender<()>,
+    restart: CancellationToken,
+) {
+    let api: Api<ConfigMap> = Api::namespaced(client, &settings.config_namespace);
+    let wc = watcher::Config::default().fields(&format!("metadata.name={}", settings.config_name));
+    let mut events = watcher(api, wc).default_backoff().boxed();
+    loop {
+        let event = tokio::select! {
+            _ = restart.cancelled() => return,
+            e = events.next() => e,
+        };
+        let new = match event {
+            None => return,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "watching the controller ConfigMap");
+                continue;
+            }
+            Some(Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => config_from(&cm),
+            Some(Ok(watcher::Event::Delete(_))) => ControllerConfig::default(),
+            Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
+        };
+        let old = match shared.read() {
+            Ok(c) => c.clone(),
+            Err(e) => e.into_inner().clone(),
+        };
+        if *old == new {
+            continue;
+        }
+        let ns_changed = old.functions_namespace != new.functions_namespace;
+        match shared.write() {
+            Ok(mut c) => *c = Arc::new(new),
+            Err(e) => *e.into_inner() = Arc::new(new),
+        }
+        if ns_changed && settings.watch_namespace.is_none() {
+            restart.cancel();
+            return;
+        }
+        tracing::info!("controller ConfigMap changed; reconciling every Function");
+        let _ = trigger.unbounded_send(());
+    }
+}

@@ -1,0 +1,479 @@
+//! The reconciler: read the Function and the config, build the children with the pure
+//! builders, apply what changed, then write status.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    autoscaling::v2::HorizontalPodAutoscaler,
+    core::v1::{ConfigMap, Pod, Service},
+};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, LogParams, Patch, PatchParams},
+    runtime::{
+        controller::Action,
+        events::{Event as KubeEvent, EventType, Recorder},
+        finalizer::{Event as Finalizer, finalizer},
+        reflector::{ObjectRef, Store},
+    },
+};
+use kubeless_api::{
+    Condition, Function, FunctionStatus,
+    conditions::{READY, find_condition, reasons, set_condition},
+    labels::{FUNCTION, FUNCTION_FINALIZER},
+};
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::builders::{self, APPLIED_HASH, CONTENT_HASH, Desired};
+use crate::config::ControllerConfig;
+use crate::diagnose::{self, Failure};
+use crate::error::Error;
+use crate::metrics::ControllerMetrics;
+
+/// The one field manager of every write.
+pub const FIELD_MANAGER: &str = "kubeless-function-controller";
+/// Requeue interval of a ready Function (a safety net; watches do the real work).
+const READY_RESYNC: Duration = Duration::from_secs(600);
+/// Requeue interval while a Function is not ready yet.
+const PENDING_RESYNC: Duration = Duration::from_secs(30);
+/// How long a reconcile waits for the child caches after a (re)start.
+const CACHE_WAIT: Duration = Duration::from_secs(30);
+
+/// Caches of the objects the reconciler reads instead of asking the API server.
+#[derive(Clone)]
+pub struct Stores {
+    /// Code ConfigMaps (data stripped).
+    pub config_maps: Store<ConfigMap>,
+    /// Deployments (spec stripped, status kept).
+    pub deployments: Store<Deployment>,
+    /// Services.
+    pub services: Store<Service>,
+    /// HPAs.
+    pub hpas: Store<HorizontalPodAutoscaler>,
+    /// Function pods (spec stripped, status kept).
+    pub pods: Store<Pod>,
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Current config; replaced when the kubeless-config ConfigMap changes.
+    pub config: Arc<RwLock<Arc<ControllerConfig>>>,
+    /// Child caches.
+    pub stores: Stores,
+    /// Event publisher.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: ControllerMetrics,
+}
+
+impl Context {
+    fn config(&self) -> Arc<ControllerConfig> {
+        match self.config.read() {
+            Ok(c) => c.clone(),
+            // A panic while swapping the Arc cannot leave it half-written.
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    async fn caches_ready(&self) {
+        let s = &self.stores;
+        let all = async {
+            let _ = s.config_maps.wait_until_ready().await;
+            let _ = s.deployments.wait_until_ready().await;
+            let _ = s.services.wait_until_ready().await;
+            let _ = s.hpas.wait_until_ready().await;
+            let _ = s.pods.wait_until_ready().await;
+        };
+        if tokio::time::timeout(CACHE_WAIT, all).await.is_err() {
+            tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
+        }
+    }
+}
+
+/// Reconciles one Function (the `Controller::run` callback).
+#[tracing::instrument(skip_all, fields(function = %f.name_any(), namespace = f.namespace().unwrap_or_default()))]
+pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    ctx.metrics.reconciles.inc();
+    let ns = f
+        .namespace()
+        .ok_or_else(|| Error::NoNamespace(f.name_any()))?;
+    ctx.caches_ready().await;
+    let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FUNCTION_FINALIZER, f, |event| async {
+        match event {
+            Finalizer::Apply(f) => apply(&f, &ctx).await,
+            Finalizer::Cleanup(f) => cleanup(&f, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)));
+    ctx.metrics.observe(started.elapsed());
+    result
+}
+
+/// What to do after a failed reconcile: count it and retry soon.
+pub fn error_policy(f: Arc<Function>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.error(err.metric_label());
+    tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
+    let cfg = ctx.config();
+    let desired = match builders::build(f, &cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            // A spec problem is the user's to fix: report it, do not retry in a loop.
+            ctx.metrics.error(e.reason());
+            let cond = Condition::not_ready(e.reason(), e.to_string());
+            write_status(f, ctx, cond, None).await?;
+            return Ok(Action::await_change());
+        }
+    };
+    apply_children(f, ctx, &desired).await?;
+
+    let ns = f.namespace().unwrap_or_default();
+    let name = f.name_any();
+    let key = ObjectRef::<Deployment>::new(&name).within(&ns);
+    let dep = ctx.stores.deployments.get(&key);
+    let (replicas, ready_replicas, ready) = dep
+        .as_deref()
+        .map(diagnose::deployment_readiness)
+        .unwrap_or((0, 0, false));
+    let cond = if ready {
+        Condition::ready(
+            reasons::RECONCILED,
+            format!("{ready_replicas}/{replicas} replicas ready"),
+        )
+    } else {
+        match current_failure(f, ctx, &desired).await {
+            Some((reason, message)) => Condition::not_ready(reason, message),
+            None => Condition::not_ready(
+                reasons::PROGRESSING,
+                format!("waiting for the Deployment: {ready_replicas}/{replicas} replicas ready"),
+            ),
+        }
+    };
+    let extra = StatusExtra {
+        replicas: Some(replicas),
+        ready_replicas: Some(ready_replicas),
+        url: desired.url.clone(),
+        image: desired.image.clone(),
+    };
+    write_status(f, ctx, cond, Some(extra)).await?;
+    Ok(Action::requeue(if ready {
+        READY_RESYNC
+    } else {
+        PENDING_RESYNC
+    }))
+}
+
+/// Applies each child whose applied hash differs from the desired one, and removes an HPA
+/// the Function no longer asks for.
+async fn apply_children(f: &Function, ctx: &Context, d: &Desired) -> Result<(), Error> {
+    let s = &ctx.stores;
+    apply_if_changed(ctx, &s.config_maps, &d.config_map, "ConfigMap").await?;
+    apply_if_changed(ctx, &s.deployments, &d.deployment, "Deployment").await?;
+    apply_if_changed(ctx, &s.services, &d.service, "Service").await?;
+    if let Some(hpa) = &d.hpa {
+        apply_if_changed(ctx, &s.hpas, hpa, "HorizontalPodAutoscaler").await?;
+    }
+    let keep = d.hpa.as_ref().map(|h| h.name_any());
+    for stale in owned_hpas(f, ctx) {
+        if Some(stale.name_any()) != keep {
+            delete_child::<HorizontalPodAutoscaler>(
+                ctx,
+                "HorizontalPodAutoscaler",
+                &stale.name_any(),
+                f,
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+fn owned_hpas(f: &Function, ctx: &Context) -> Vec<Arc<HorizontalPodAutoscaler>> {
+    let uid = f.uid().unwrap_or_default();
+    let ns = f.namespace();
+    ctx.stores
+        .hpas
+        .state_filter(|h| h.namespace() == ns && h.owner_references().iter().any(|o| o.uid == uid))
+}
+
+async fn apply_if_changed<K>(
+    ctx: &Context,
+    store: &Store<K>,
+    desired: &K,
+    kind: &'static str,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = desired.name_any();
+    let ns = desired.namespace().unwrap_or_default();
+    let live = store.get(&ObjectRef::new(&name).within(&ns));
+    let want = builders::applied_hash(desired);
+    if live.as_deref().and_then(builders::applied_hash) == want && want.is_some() {
+        return Ok(());
+    }
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.metrics.write(kind, "apply");
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(desired),
+    )
+    .await
+    .map_err(|source| Error::Apply {
+        kind,
+        namespace: ns.clone(),
+        name: name.clone(),
+        source,
+    })?;
+    tracing::debug!(kind, name, "applied");
+    Ok(())
+}
+
+async fn delete_child<K>(
+    ctx: &Context,
+    kind: &'static str,
+    name: &str,
+    f: &Function,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let ns = f.namespace().unwrap_or_default();
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    ctx.metrics.write(kind, "delete");
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        // Already gone: cleanup is idempotent.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Delete {
+            kind,
+            namespace: ns,
+            name: name.to_string(),
+            source,
+        }),
+    }
+}
+
+/// Deletes every child (owner references would too, but not every cluster runs the garbage
+/// collector promptly, and Kubeless deleted them explicitly).
+async fn cleanup(f: &Function, ctx: &Context) -> Result<Action, Error> {
+    let name = f.name_any();
+    let ns = f.namespace().unwrap_or_default();
+    for hpa in owned_hpas(f, ctx) {
+        delete_child::<HorizontalPodAutoscaler>(ctx, "HorizontalPodAutoscaler", &hpa.name_any(), f)
+            .await?;
+    }
+    // Only delete what this Function owns: a same-named object someone else made stays.
+    let owned = |refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]| {
+        refs.iter().any(|o| Some(&o.uid) == f.uid().as_ref())
+    };
+    let n = name.clone();
+    let s = &ctx.stores;
+    let cm = s.config_maps.get(&ObjectRef::new(&n).within(&ns));
+    if cm.as_deref().is_none_or(|o| owned(o.owner_references())) {
+        delete_child::<ConfigMap>(ctx, "ConfigMap", &name, f).await?;
+    }
+    let dep = s.deployments.get(&ObjectRef::new(&n).within(&ns));
+    if dep.as_deref().is_none_or(|o| owned(o.owner_references())) {
+        delete_child::<Deployment>(ctx, "Deployment", &name, f).await?;
+    }
+    let svc = s.services.get(&ObjectRef::new(&n).within(&ns));
+    if svc.as_deref().is_none_or(|o| owned(o.owner_references())) {
+        delete_child::<Service>(ctx, "Service", &name, f).await?;
+    }
+    tracing::info!(function = %name, namespace = %ns, "deleted the function's objects");
+    Ok(Action::await_change())
+}
+
+/// The failure of the function's current pods, as (reason, message).
+async fn current_failure(
+    f: &Function,
+    ctx: &Context,
+    d: &Desired,
+) -> Option<(&'static str, String)> {
+    let name = f.name_any();
+    let ns = f.namespace();
+    let content_hash = d
+        .deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(CONTENT_HASH))
+        .cloned();
+    // Only pods of the current code: an old pod's failure says nothing about the new one.
+    let pods = ctx.stores.pods.state_filter(|p| {
+        p.namespace() == ns
+            && p.labels().get(FUNCTION) == Some(&name)
+            && p.metadata.deletion_timestamp.is_none()
+            && p.annotations().get(CONTENT_HASH) == content_hash.as_ref()
+    });
+    let failure = diagnose::find_failure(pods.iter().map(Arc::as_ref))?;
+    let text = failure_text(ctx, f, &failure).await;
+    let reason = diagnose::classify(&failure, &text);
+    let message = format!(
+        "{} container {:?} of pod {} exited with {}: {}",
+        if failure.init { "init" } else { "runtime" },
+        failure.container,
+        failure.pod,
+        failure.exit_code,
+        diagnose::tail(&text)
+    );
+    Some((reason, message))
+}
+
+/// The termination message, else the tail of the container's log.
+async fn failure_text(ctx: &Context, f: &Function, failure: &Failure) -> String {
+    if let Some(m) = &failure.message {
+        return m.clone();
+    }
+    // The same failure is already reported: no need to read the log again.
+    if let Some(c) = f
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, READY))
+        && c.message.as_deref().is_some_and(|m| {
+            m.contains(&format!("{:?} of pod {} ", failure.container, failure.pod))
+        })
+        && let Some(m) = c.message.as_deref()
+        && let Some((_, text)) = m.split_once(&format!("exited with {}: ", failure.exit_code))
+    {
+        return text.to_string();
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &f.namespace().unwrap_or_default());
+    let params = LogParams {
+        container: Some(failure.container.clone()),
+        previous: failure.previous,
+        tail_lines: Some(20),
+        ..LogParams::default()
+    };
+    match api.logs(&failure.pod, &params).await {
+        Ok(log) => log,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the failed container's log");
+            String::new()
+        }
+    }
+}
+
+struct StatusExtra {
+    replicas: Option<i32>,
+    ready_replicas: Option<i32>,
+    url: String,
+    image: String,
+}
+
+/// Writes status only when something other than timestamps changed; publishes a Warning
+/// Event when the Ready reason turns into a failure.
+async fn write_status(
+    f: &Function,
+    ctx: &Context,
+    cond: Condition,
+    extra: Option<StatusExtra>,
+) -> Result<(), Error> {
+    let old = f.status.clone().unwrap_or_default();
+    let mut new = old.clone();
+    let generation = f.metadata.generation;
+    let old_reason = find_condition(&old.conditions, READY).and_then(|c| c.reason.clone());
+    let failing = !cond.is_true() && cond.reason.as_deref() != Some(reasons::PROGRESSING);
+    let event = (failing && old_reason != cond.reason).then(|| {
+        (
+            cond.reason.clone().unwrap_or_default(),
+            cond.message.clone().unwrap_or_default(),
+        )
+    });
+    set_condition(&mut new.conditions, cond.with_generation(generation));
+    new.observed_generation = generation;
+    match extra {
+        Some(x) => {
+            new.replicas = x.replicas;
+            new.ready_replicas = x.ready_replicas;
+            new.url = Some(x.url);
+            new.image = Some(x.image);
+        }
+        None => {
+            new.replicas = None;
+            new.ready_replicas = None;
+        }
+    }
+    if new != old {
+        let name = f.name_any();
+        let ns = f.namespace().unwrap_or_default();
+        let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = StatusPatch { status: &new };
+        ctx.metrics.write("Function/status", "patch");
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| Error::Status {
+                namespace: ns,
+                name,
+                source,
+            })?;
+    }
+    if let Some((reason, note)) = event {
+        publish_warning(ctx, f, &reason, &note).await;
+    }
+    Ok(())
+}
+
+#[derive(Serialize, Debug)]
+struct StatusPatch<'a> {
+    status: &'a FunctionStatus,
+}
+
+async fn publish_warning(ctx: &Context, f: &Function, reason: &str, note: &str) {
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    ctx.metrics.write("Event", "create");
+    if let Err(e) = ctx.recorder.publish(&ev, &f.object_ref(&())).await {
+        // Events are best effort: a missing permission must not block the status.
+        tracing::warn!(error = %e, "publishing an Event failed");
+    }
+}
+
+/// Maps a child object to the Function named by its `function` label (pods are not owned by
+/// the Function directly).
+pub fn function_of<K: Resource>(obj: &K) -> Option<ObjectRef<Function>> {
+    let name = obj.meta().labels.as_ref()?.get(FUNCTION)?;
+    let ns = obj.meta().namespace.as_deref()?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+/// Drops what the reconciler never reads, so 1,000 functions stay cheap in memory.
+pub fn strip_meta<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        // Keep only our own annotations; `last-applied-configuration` can be as big as the spec.
+        let keep: BTreeMap<String, String> = a
+            .iter()
+            .filter(|(k, _)| *k == APPLIED_HASH || *k == CONTENT_HASH)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        *a = keep;
+    }
+}
