@@ -1,0 +1,609 @@
+//! `kubeless function ...`.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use futures::{AsyncBufReadExt, TryStreamExt};
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{Pod, Service},
+};
+use kube::{
+    ResourceExt,
+    api::{DeleteParams, ListParams, LogParams, PostParams},
+};
+use kubeless_api::{CronJobTrigger, CronJobTriggerSpec, Function};
+use rand::{Rng, distr::Alphanumeric};
+use serde::Serialize;
+
+use crate::{
+    args::{
+        CallArgs, DeployArgs, DescribeArgs, FunctionCmd, FunctionFlags, ListArgs, LogsArgs,
+        TopArgs, UpdateArgs,
+    },
+    ctx::Ctx,
+    error::{Error, Result},
+    metrics,
+    output::{self, ItemList, Table},
+    source, spec, wait,
+};
+
+pub async fn run(ctx: &Ctx, cmd: FunctionCmd) -> Result<()> {
+    match cmd {
+        FunctionCmd::Deploy(a) => deploy(ctx, a).await,
+        FunctionCmd::Update(a) => update(ctx, a).await,
+        FunctionCmd::Call(a) => call(ctx, a).await,
+        FunctionCmd::Delete(a) => delete(ctx, &a.name).await,
+        FunctionCmd::List(a) => list(ctx, a).await,
+        FunctionCmd::Describe(a) => describe(ctx, a).await,
+        FunctionCmd::Logs(a) => logs(ctx, a).await,
+        FunctionCmd::Top(a) => top(ctx, a).await,
+    }
+}
+
+async fn resolve(flags: &FunctionFlags) -> Result<spec::Resolved> {
+    let source = match &flags.from_file {
+        Some(from) => Some(source::load(from).await?),
+        None => None,
+    };
+    let deps = match &flags.dependencies {
+        Some(path) => {
+            Some(
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|source| Error::Read {
+                        path: path.clone(),
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
+    Ok(spec::Resolved { source, deps })
+}
+
+async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
+    ctx.api::<Function>().get(name).await.map_err(|e| {
+        Error::kube(
+            format!(
+                "Unable to find function {name} in namespace {}",
+                ctx.namespace
+            ),
+            e,
+        )
+    })
+}
+
+async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
+    let DeployArgs {
+        name,
+        flags,
+        schedule,
+    } = args;
+    spec::validate_deploy(&flags)?;
+    if let Some(rt) = &flags.runtime
+        && !flags.dryrun
+    {
+        crate::config::check_runtime(ctx, rt).await?;
+    }
+    let resolved = resolve(&flags).await?;
+    let function = spec::apply(&name, &ctx.namespace, &flags, resolved, None)?;
+    let trigger = schedule.map(|schedule| {
+        let mut t = CronJobTrigger::new(
+            &name,
+            CronJobTriggerSpec {
+                schedule,
+                function_name: name.clone(),
+                ..CronJobTriggerSpec::default()
+            },
+        );
+        t.metadata.namespace = Some(ctx.namespace.clone());
+        t.metadata.labels = function.metadata.labels.clone();
+        t
+    });
+    if flags.dryrun {
+        output::print(&output::render_dryrun(&function, flags.output)?)?;
+        if let Some(t) = &trigger {
+            output::print(&format!("---\n{}", output::render_dryrun(t, flags.output)?))?;
+        }
+        return Ok(());
+    }
+    eprintln!("Deploying function...");
+    let created = ctx
+        .api::<Function>()
+        .create(&PostParams::default(), &function)
+        .await
+        .map_err(|e| Error::kube(format!("Failed to deploy {name}"), e))?;
+    eprintln!("Function {name} submitted for deployment");
+    if let Some(t) = trigger {
+        ctx.api::<CronJobTrigger>()
+            .create(&PostParams::default(), &t)
+            .await
+            .map_err(|e| Error::kube(format!("Failed to create the cronjob trigger {name}"), e))?;
+        eprintln!("Cronjob trigger {name} created");
+    }
+    finish(ctx, &name, created.metadata.generation, &flags).await
+}
+
+async fn finish(
+    ctx: &Ctx,
+    name: &str,
+    generation: Option<i64>,
+    flags: &FunctionFlags,
+) -> Result<()> {
+    if wait::should_wait(&flags.wait) {
+        wait::wait_ready(ctx, name, generation, flags.wait.wait_timeout).await
+    } else {
+        eprintln!("Check the deployment status executing 'kubeless function ls {name}'");
+        Ok(())
+    }
+}
+
+async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
+    let UpdateArgs { name, flags } = args;
+    if let Some(rt) = &flags.runtime
+        && !flags.dryrun
+    {
+        crate::config::check_runtime(ctx, rt).await?;
+    }
+    let resolved = resolve(&flags).await?;
+    let existing = get_function(ctx, &name).await?;
+    let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
+    if flags.dryrun {
+        function.metadata.managed_fields = None;
+        return output::print(&output::render_dryrun(&function, flags.output)?);
+    }
+    // Keep the status out of a spec update (it is a subresource).
+    function.status = None;
+    eprintln!("Redeploying function...");
+    let updated = ctx
+        .api::<Function>()
+        .replace(&name, &PostParams::default(), &function)
+        .await
+        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))?;
+    eprintln!("Function {name} submitted for deployment");
+    finish(ctx, &name, updated.metadata.generation, &flags).await
+}
+
+async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
+    ctx.api::<Function>()
+        .delete(name, &DeleteParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("Failed to delete function {name}"), e))?;
+    Ok(())
+}
+
+/// `/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}` of the function's Service.
+async fn proxy_path(ctx: &Ctx, name: &str, path: &str) -> Result<String> {
+    let svc =
+        ctx.api::<Service>().get(name).await.map_err(|e| {
+            Error::kube(format!("Unable to find the service for function {name}"), e)
+        })?;
+    let first = svc
+        .spec
+        .and_then(|s| s.ports)
+        .and_then(|p| p.into_iter().next())
+        .ok_or_else(|| Error::usage(format!("The service of function {name} has no port")))?;
+    let port = first
+        .name
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| first.port.to_string());
+    Ok(format!(
+        "/api/v1/namespaces/{}/services/{name}:{port}/proxy/{path}",
+        ctx.namespace
+    ))
+}
+
+/// `application/json` for JSON objects and arrays (Kubeless only recognised objects).
+pub fn content_type_of(data: &str) -> &'static str {
+    match serde_json::from_str::<serde_json::Value>(data) {
+        Ok(serde_json::Value::Object(_) | serde_json::Value::Array(_)) => "application/json",
+        _ => "application/x-www-form-urlencoded",
+    }
+}
+
+pub fn event_id() -> String {
+    rand::rng()
+        .sample_iter(&Alphanumeric)
+        .take(11)
+        .map(char::from)
+        .collect()
+}
+
+async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
+    let CallArgs { name, data } = args;
+    let path = proxy_path(ctx, &name, "").await?;
+    let builder = http::Request::builder()
+        .uri(path)
+        .header("event-id", event_id())
+        .header(
+            "event-time",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        )
+        .header("event-namespace", "cli.kubeless.io");
+    let request = match &data {
+        None => builder
+            .method(http::Method::GET)
+            .header("event-type", "application/x-www-form-urlencoded")
+            .body(Vec::new()),
+        Some(d) => {
+            let ct = content_type_of(d);
+            builder
+                .method(http::Method::POST)
+                .header("event-type", ct)
+                .header(http::header::CONTENT_TYPE, ct)
+                .body(d.clone().into_bytes())
+        }
+    }
+    .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    let response = ctx
+        .client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .map_err(|e| Error::kube(format!("calling function {name}"), e))?;
+    let status = response.status();
+    let body = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if status == http::StatusCode::REQUEST_TIMEOUT {
+        return Err(Error::CallTimeout);
+    }
+    if !status.is_success() {
+        return Err(Error::CallFailed {
+            status: status.as_u16(),
+            body: text.trim_end().to_string(),
+        });
+    }
+    if text.ends_with('\n') || text.is_empty() {
+        output::print(&text)
+    } else {
+        output::println(&text)
+    }
+}
+
+/// STATUS of `function list`: from the function's Deployment, as Kubeless showed it.
+pub fn status_of(deployment: Option<&Deployment>) -> String {
+    match deployment {
+        None => "MISSING: Check controller logs".into(),
+        Some(d) => {
+            let st = d.status.clone().unwrap_or_default();
+            let ready = st.ready_replicas.unwrap_or(0);
+            let replicas = st.replicas.unwrap_or(0);
+            let word = if ready > 0 { "READY" } else { "NOT READY" };
+            format!("{ready}/{replicas} {word}")
+        }
+    }
+}
+
+pub fn list_table(functions: &[Function], deployments: &BTreeMap<String, Deployment>) -> Table {
+    let mut t = Table::new(&[
+        "NAME",
+        "NAMESPACE",
+        "HANDLER",
+        "RUNTIME",
+        "DEPENDENCIES",
+        "STATUS",
+    ]);
+    for f in functions {
+        let name = f.name_any();
+        let deps = f
+            .spec
+            .deps
+            .as_deref()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        t.row(vec![
+            name.clone(),
+            f.namespace().unwrap_or_default(),
+            f.spec.handler.clone().unwrap_or_default(),
+            f.spec.runtime.clone().unwrap_or_default(),
+            deps,
+            status_of(deployments.get(&name)),
+        ]);
+    }
+    t
+}
+
+/// The object as the user wrote it: no managed fields.
+fn clean(mut f: Function) -> Function {
+    f.metadata.managed_fields = None;
+    f
+}
+
+async fn list(ctx: &Ctx, args: ListArgs) -> Result<()> {
+    let ListArgs { names, out } = args;
+    let mut functions: Vec<Function> = if names.is_empty() {
+        ctx.api::<Function>()
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::kube("listing functions", e))?
+            .items
+    } else {
+        let mut v = Vec::new();
+        for n in &names {
+            v.push(get_function(ctx, n).await?);
+        }
+        v
+    };
+    functions.sort_by_key(|f| f.name_any());
+    let functions: Vec<Function> = functions.into_iter().map(clean).collect();
+    if let Some(format) = out {
+        return output::print(&output::render(&ItemList::new(functions), format)?);
+    }
+    let deployments: BTreeMap<String, Deployment> = ctx
+        .api::<Deployment>()
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube("listing deployments", e))?
+        .items
+        .into_iter()
+        .map(|d| (d.name_any(), d))
+        .collect();
+    output::print(&list_table(&functions, &deployments).render())
+}
+
+pub fn describe_text(f: &Function) -> String {
+    let d = f.spec.deployment_template().ok();
+    let container = d
+        .and_then(|d| d.spec)
+        .and_then(|s| s.template.spec)
+        .and_then(|p| p.containers.into_iter().next());
+    let env: Vec<serde_json::Value> = container
+        .as_ref()
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| serde_json::json!({"name": e.name, "value": e.value.unwrap_or_default()}))
+        .collect();
+    let memory = container
+        .as_ref()
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"))
+        .map(|q| q.0.clone())
+        .unwrap_or_else(|| "0".into());
+    let labels = serde_json::to_string(&f.labels()).unwrap_or_default();
+    let env = serde_json::to_string(&env).unwrap_or_default();
+    let status = f
+        .status
+        .as_ref()
+        .and_then(|s| kubeless_api::find_condition(&s.conditions, "Ready"))
+        .map(|c| {
+            format!(
+                "Ready={} {} {}",
+                c.status,
+                c.reason.as_deref().unwrap_or(""),
+                c.message.as_deref().unwrap_or("")
+            )
+            .trim_end()
+            .to_string()
+        })
+        .unwrap_or_else(|| "Unknown".into());
+    let rows = [
+        ("Name", f.name_any()),
+        ("Namespace", f.namespace().unwrap_or_default()),
+        ("Handler", f.spec.handler.clone().unwrap_or_default()),
+        ("Runtime", f.spec.runtime.clone().unwrap_or_default()),
+        ("Label", labels),
+        ("Envvars", env),
+        ("Memory", memory),
+        ("Timeout", f.spec.timeout.clone().unwrap_or_default()),
+        ("Checksum", f.spec.checksum.clone().unwrap_or_default()),
+        ("Status", status),
+        ("Dependencies", f.spec.deps.clone().unwrap_or_default()),
+    ];
+    let mut out = String::new();
+    for (k, v) in rows {
+        let key = format!("{k}:");
+        out.push_str(&format!("{key:<14}{}\n", v.trim_end()));
+    }
+    out
+}
+
+async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {
+    let f = clean(get_function(ctx, &args.name).await?);
+    match args.out {
+        Some(format) => output::print(&output::render(&f, format)?),
+        None => output::print(&describe_text(&f)),
+    }
+}
+
+async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
+    let LogsArgs { name, follow } = args;
+    let pods = ctx
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("function={name}")))
+        .await
+        .map_err(|e| Error::kube(format!("listing the pods of function {name}"), e))?
+        .items;
+    let is_ready = |p: &Pod| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    let pod = pods
+        .iter()
+        .find(|p| is_ready(p))
+        .or_else(|| pods.first())
+        .ok_or_else(|| Error::usage(format!("Unable to find a pod of function {name}")))?;
+    let has_container = pod
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.containers.iter().any(|c| c.name == name));
+    let params = LogParams {
+        container: has_container.then(|| name.clone()),
+        follow,
+        ..LogParams::default()
+    };
+    let pod_name = pod.name_any();
+    let stream = ctx
+        .api::<Pod>()
+        .log_stream(&pod_name, &params)
+        .await
+        .map_err(|e| Error::kube(format!("reading the log of pod {pod_name}"), e))?;
+    let mut lines = stream.lines();
+    while let Some(line) = lines
+        .try_next()
+        .await
+        .map_err(|e| Error::Stdout(std::io::Error::other(e)))?
+    {
+        output::println(&line)?;
+    }
+    Ok(())
+}
+
+/// One row of `function top`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct TopRow {
+    pub name: String,
+    pub namespace: String,
+    pub method: String,
+    pub total_calls: f64,
+    pub total_failures: f64,
+    pub total_duration_seconds: f64,
+    pub avg_duration_seconds: f64,
+}
+
+pub fn top_rows(name: &str, namespace: &str, text: &str) -> Vec<TopRow> {
+    metrics::parse(text)
+        .into_iter()
+        .map(|(method, s)| {
+            let count = if s.duration_count > 0.0 {
+                s.duration_count
+            } else {
+                s.calls
+            };
+            TopRow {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+                method,
+                total_calls: s.calls,
+                total_failures: s.failures,
+                total_duration_seconds: s.duration_sum,
+                avg_duration_seconds: if count > 0.0 {
+                    s.duration_sum / count
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect()
+}
+
+pub fn top_table(rows: &[TopRow]) -> Table {
+    let mut t = Table::new(&[
+        "NAME",
+        "NAMESPACE",
+        "METHOD",
+        "TOTAL_CALLS",
+        "TOTAL_FAILURES",
+        "TOTAL_DURATION_SECONDS",
+        "AVG_DURATION_SECONDS",
+    ]);
+    for r in rows {
+        t.row(vec![
+            r.name.clone(),
+            r.namespace.clone(),
+            r.method.clone(),
+            format!("{}", r.total_calls),
+            format!("{}", r.total_failures),
+            format!("{}", r.total_duration_seconds),
+            format!("{}", r.avg_duration_seconds),
+        ]);
+    }
+    t
+}
+
+async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
+    let path = proxy_path(ctx, name, "metrics").await?;
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    // Kubeless gave each scrape 5 seconds.
+    tokio::time::timeout(Duration::from_secs(5), ctx.client.request_text(request))
+        .await
+        .map_err(|_| Error::usage(format!("scraping function {name}: timed out after 5s")))?
+        .map_err(|e| Error::kube(format!("scraping the metrics of function {name}"), e))
+}
+
+async fn top(ctx: &Ctx, args: TopArgs) -> Result<()> {
+    let TopArgs { function, out } = args;
+    let names: Vec<String> = match function {
+        Some(f) => vec![get_function(ctx, &f).await?.name_any()],
+        None => {
+            let mut v: Vec<String> = ctx
+                .api::<Function>()
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| Error::kube("listing functions", e))?
+                .items
+                .iter()
+                .map(|f| f.name_any())
+                .collect();
+            v.sort();
+            v
+        }
+    };
+    let mut rows = Vec::new();
+    for name in &names {
+        match scrape(ctx, name).await {
+            Ok(text) => rows.extend(top_rows(name, &ctx.namespace, &text)),
+            Err(e) => eprintln!("WARNING: {}", crate::error_chain(&e)),
+        }
+    }
+    match out {
+        Some(format) => output::print(&output::render(&rows, format)?),
+        None => output::print(&top_table(&rows).render()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_and_ids() {
+        assert_eq!(content_type_of(r#"{"a":1}"#), "application/json");
+        assert_eq!(content_type_of("[1,2]"), "application/json");
+        assert_eq!(
+            content_type_of("hello"),
+            "application/x-www-form-urlencoded"
+        );
+        assert_eq!(content_type_of("42"), "application/x-www-form-urlencoded");
+        let id = event_id();
+        assert_eq!(id.len(), 11);
+        assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(event_id(), id);
+    }
+
+    #[test]
+    fn top_average() {
+        let rows = top_rows(
+            "f",
+            "ns",
+            "function_calls_total{method=\"GET\"} 4\nfunction_duration_seconds_sum{method=\"GET\"} 2\nfunction_duration_seconds_count{method=\"GET\"} 4\n",
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].avg_duration_seconds, 0.5);
+        assert_eq!(rows[0].total_calls, 4.0);
+    }
+
+    #[test]
+    fn status_column() {
+        assert_eq!(status_of(None), "MISSING: Check controller logs");
+        let mut d = Deployment::default();
+        d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+            replicas: Some(2),
+            ready_replicas: Some(1),
+            ..Default::default()
+        });
+        assert_eq!(status_of(Some(&d)), "1/2 READY");
+        d.status = Some(Default::default());
+        assert_eq!(status_of(Some(&d)), "0/0 NOT READY");
+    }
+}
