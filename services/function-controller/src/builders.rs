@@ -8,9 +8,10 @@ use k8s_openapi::api::{
     autoscaling::v2::HorizontalPodAutoscaler,
     core::v1::{
         Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
-        EnvVar, HTTPGetAction, LocalObjectReference, PodAffinityTerm, PodAntiAffinity,
-        PodSecurityContext, Probe, ResourceRequirements, SeccompProfile, SecurityContext, Service,
-        ServicePort, ServiceSpec, Volume, VolumeMount, WeightedPodAffinityTerm,
+        EnvVar, EnvVarSource, HTTPGetAction, LocalObjectReference, ObjectFieldSelector,
+        PodAffinityTerm, PodAntiAffinity, PodSecurityContext, Probe, ResourceRequirements,
+        SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+        WeightedPodAffinityTerm,
     },
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -585,6 +586,23 @@ fn shape_deployment(
     }
     let c = &mut pod.containers[0];
     runtime_container(c, ctx, plan);
+    if cfg.listen_on_pod_ip {
+        let vars = c.env.get_or_insert_with(Vec::new);
+        upsert_env(
+            vars,
+            [EnvVar {
+                name: "KUBELESS_LISTEN_ADDRESS".into(),
+                value: None,
+                value_from: Some(EnvVarSource {
+                    field_ref: Some(ObjectFieldSelector {
+                        field_path: "status.podIP".into(),
+                        api_version: None,
+                    }),
+                    ..EnvVarSource::default()
+                }),
+            }],
+        );
+    }
 }
 
 fn runtime_container(c: &mut Container, ctx: &PodContext<'_>, plan: &RuntimePlan<'_>) {

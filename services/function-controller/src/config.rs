@@ -26,6 +26,10 @@ pub struct ControllerConfig {
     pub provision_image: Option<String>,
     /// Only this namespace's Functions are reconciled; all when `None`.
     pub functions_namespace: Option<String>,
+    /// Make the runtime listen on the pod IP (`KUBELESS_LISTEN_ADDRESS` from `status.podIP`).
+    /// Set from a controller flag, not from the ConfigMap: needed on devcluster, where pods are
+    /// processes sharing one network namespace.
+    pub listen_on_pod_ip: bool,
 }
 
 impl Default for ControllerConfig {
@@ -35,6 +39,7 @@ impl Default for ControllerConfig {
             default_deployment: None,
             provision_image: None,
             functions_namespace: None,
+            listen_on_pod_ip: false,
         }
     }
 }

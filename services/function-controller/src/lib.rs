@@ -65,6 +65,17 @@ pub struct ControllerArgs {
         default_value = "kubeless-config"
     )]
     pub kubeless_config: String,
+    /// Make function runtimes listen on their pod IP (devcluster, where pods share the host
+    /// network; leave off on Kubernetes).
+    #[arg(
+        long = "listen-on-pod-ip",
+        env = "KUBELESS_LISTEN_ON_POD_IP",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub listen_on_pod_ip: bool,
     /// How many Functions are reconciled at the same time.
     #[arg(
         long = "concurrency",
@@ -103,6 +114,8 @@ pub struct Settings {
     pub concurrency: u16,
     /// Reporting instance of Events (the pod name).
     pub instance: Option<String>,
+    /// See [`ControllerArgs::listen_on_pod_ip`].
+    pub listen_on_pod_ip: bool,
 }
 
 impl Default for Settings {
@@ -113,6 +126,7 @@ impl Default for Settings {
             watch_namespace: None,
             concurrency: 64,
             instance: None,
+            listen_on_pod_ip: false,
         }
     }
 }
@@ -123,6 +137,7 @@ impl Settings {
         let ControllerArgs {
             kubeless_namespace,
             kubeless_config,
+            listen_on_pod_ip,
             concurrency,
         } = args;
         Self {
@@ -131,6 +146,7 @@ impl Settings {
             watch_namespace,
             concurrency: concurrency.max(1),
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+            listen_on_pod_ip,
         }
     }
 }
@@ -177,18 +193,18 @@ pub async fn run_controller(
 async fn load_config(client: &Client, s: &Settings) -> Result<ControllerConfig, Error> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &s.config_namespace);
     match api.get_opt(&s.config_name).await {
-        Ok(Some(cm)) => Ok(config_from(&cm)),
+        Ok(Some(cm)) => Ok(config_from(&cm, s)),
         Ok(None) => {
             tracing::info!(
                 namespace = s.config_namespace,
                 name = s.config_name,
                 "no controller ConfigMap; using the built-in runtime catalogue"
             );
-            Ok(ControllerConfig::default())
+            Ok(default_config(s))
         }
         Err(kube::Error::Api(e)) if e.code == 403 => {
             tracing::warn!(error = %e, "may not read the controller ConfigMap; using defaults");
-            Ok(ControllerConfig::default())
+            Ok(default_config(s))
         }
         Err(source) => Err(Error::Config {
             namespace: s.config_namespace.clone(),
@@ -198,12 +214,20 @@ async fn load_config(client: &Client, s: &Settings) -> Result<ControllerConfig, 
     }
 }
 
-fn config_from(cm: &ConfigMap) -> ControllerConfig {
-    let (cfg, problems) = ControllerConfig::from_data(&cm.data.clone().unwrap_or_default());
+fn config_from(cm: &ConfigMap, s: &Settings) -> ControllerConfig {
+    let (mut cfg, problems) = ControllerConfig::from_data(&cm.data.clone().unwrap_or_default());
     for p in problems {
         tracing::warn!(error = %p, source = ?std::error::Error::source(&p), "ignoring a bad controller ConfigMap key");
     }
+    cfg.listen_on_pod_ip = s.listen_on_pod_ip;
     cfg
+}
+
+fn default_config(s: &Settings) -> ControllerConfig {
+    ControllerConfig {
+        listen_on_pod_ip: s.listen_on_pod_ip,
+        ..ControllerConfig::default()
+    }
 }
 
 fn api_in<K>(client: &Client, namespace: Option<&str>) -> Api<K>
@@ -347,8 +371,10 @@ async fn watch_config(
                 tracing::warn!(error = %e, "watching the controller ConfigMap");
                 continue;
             }
-            Some(Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => config_from(&cm),
-            Some(Ok(watcher::Event::Delete(_))) => ControllerConfig::default(),
+            Some(Ok(watcher::Event::Apply(cm) | watcher::Event::InitApply(cm))) => {
+                config_from(&cm, &settings)
+            }
+            Some(Ok(watcher::Event::Delete(_))) => default_config(&settings),
             Some(Ok(watcher::Event::Init | watcher::Event::InitDone)) => continue,
         };
         let old = match shared.read() {

@@ -1,1 +1,377 @@
+use super::*;
+use crate::catalogue::Catalogue;
+use serde_json::json;
 
+fn function(spec: Value) -> Function {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1",
+        "kind": "Function",
+        "metadata": {"name": "hello", "namespace": "team", "uid": "uid-1", "labels": {"app": "demo"}},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn py(extra: Value) -> Function {
+    let mut spec = json!({
+        "handler": "hello.handler",
+        "function": "def handler(event, context):\n    return 'hi'\n",
+        "runtime": "python3.12",
+    });
+    merge_json(&mut spec, &extra, "");
+    function(spec)
+}
+
+fn cfg() -> ControllerConfig {
+    ControllerConfig::default()
+}
+
+fn env_of(c: &Container) -> BTreeMap<String, String> {
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+fn pod_spec(d: &Desired) -> &k8s_openapi::api::core::v1::PodSpec {
+    d.deployment
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+fn init_names(d: &Desired) -> Vec<String> {
+    pod_spec(d)
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+#[test]
+fn config_map_holds_handler_source_and_deps() {
+    let d = build(&py(json!({"deps": "requests==2.32.3\n"})), &cfg()).unwrap();
+    let data = d.config_map.data.as_ref().unwrap();
+    assert_eq!(data["handler"], "hello.handler");
+    assert!(data["hello.py"].contains("def handler"));
+    assert_eq!(data["requirements.txt"], "requests==2.32.3\n");
+    assert_eq!(d.config_map.metadata.name.as_deref(), Some("hello"));
+    let owner = &d.config_map.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Function", "uid-1")
+    );
+    assert_eq!(owner.controller, Some(true));
+    let labels = d.config_map.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["created-by"], "kubeless");
+    assert_eq!(labels["function"], "hello");
+    assert_eq!(labels["app"], "demo");
+}
+
+#[test]
+fn archives_get_archive_keys() {
+    let d = build(&py(json!({"function-content-type": "base64+zip"})), &cfg()).unwrap();
+    assert!(
+        d.config_map
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key("hello.zip")
+    );
+    let d = build(
+        &py(json!({"function-content-type": "base64+compressedtar"})),
+        &cfg(),
+    )
+    .unwrap();
+    assert!(
+        d.config_map
+            .data
+            .as_ref()
+            .unwrap()
+            .contains_key("hello.tar.gz")
+    );
+}
+
+#[test]
+fn deployment_has_contract_env_probe_and_security() {
+    let d = build(&py(json!({"timeout": "7"})), &cfg()).unwrap();
+    let labels = d.deployment.metadata.labels.as_ref().unwrap();
+    assert_eq!(labels["created-by"], "kubeless");
+    assert_eq!(labels["function"], "hello");
+    let spec = d.deployment.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.selector.match_labels.as_ref().unwrap(),
+        &kubeless_api::labels::function_labels("hello")
+    );
+    assert_eq!(spec.replicas, Some(1));
+    let tmeta = spec.template.metadata.as_ref().unwrap();
+    let ann = tmeta.annotations.as_ref().unwrap();
+    assert_eq!(ann["prometheus.io/scrape"], "true");
+    assert_eq!(ann["prometheus.io/port"], "8080");
+    assert_eq!(ann["prometheus.io/path"], "/metrics");
+    assert!(ann.contains_key(CONTENT_HASH));
+    assert_eq!(tmeta.labels.as_ref().unwrap()["function"], "hello");
+    let pod = pod_spec(&d);
+    let c = &pod.containers[0];
+    assert_eq!(c.name, "hello");
+    assert_eq!(c.image.as_deref(), Some("kubeless-rs/runtime-python:3.12"));
+    let env = env_of(c);
+    assert_eq!(env["FUNC_HANDLER"], "handler");
+    assert_eq!(env["MOD_NAME"], "hello");
+    assert_eq!(env["FUNC_TIMEOUT"], "7");
+    assert_eq!(env["FUNC_RUNTIME"], "python3.12");
+    assert_eq!(env["FUNC_PORT"], "8080");
+    assert_eq!(env["FUNC_MEMORY_LIMIT"], "0");
+    assert_eq!(env["KUBELESS_INSTALL_VOLUME"], "/kubeless");
+    let probe = c.liveness_probe.as_ref().unwrap();
+    assert_eq!(
+        probe.http_get.as_ref().unwrap().path.as_deref(),
+        Some("/healthz")
+    );
+    assert_eq!(probe.initial_delay_seconds, Some(3));
+    let psc = pod.security_context.as_ref().unwrap();
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.run_as_user, Some(1000));
+    assert_eq!(psc.fs_group, Some(1000));
+    // No deps: prepare only.
+    assert_eq!(init_names(&d), vec!["prepare"]);
+    let prepare = &pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(prepare.args.as_deref(), Some(&["prepare".to_string()][..]));
+    let penv = env_of(prepare);
+    assert_eq!(penv["KUBELESS_FUNC_SOURCE"], "/src/hello.py");
+    assert_eq!(penv["KUBELESS_FUNC_CONTENT_TYPE"], "text");
+    assert!(!penv.contains_key("KUBELESS_DEPS_FILE"));
+}
+
+#[test]
+fn deps_add_the_install_step_and_checksum_reaches_prepare() {
+    let f = py(json!({"deps": "requests\n", "checksum": "sha256:abc"}));
+    let d = build(&f, &cfg()).unwrap();
+    assert_eq!(init_names(&d), vec!["prepare", "install"]);
+    let inits = pod_spec(&d).init_containers.as_ref().unwrap();
+    assert_eq!(env_of(&inits[0])["KUBELESS_FUNC_CHECKSUM"], "sha256:abc");
+    assert_eq!(
+        env_of(&inits[0])["KUBELESS_DEPS_FILE"],
+        "/src/requirements.txt"
+    );
+    let install = env_of(&inits[1]);
+    assert_eq!(install["KUBELESS_DEPS_FILE"], "/kubeless/requirements.txt");
+    assert_eq!(install["FUNC_RUNTIME"], "python3.12");
+    assert_eq!(inits[1].args.as_deref(), Some(&["install".to_string()][..]));
+    // Whitespace-only deps are no deps.
+    let d = build(&py(json!({"deps": "  \n"})), &cfg()).unwrap();
+    assert_eq!(init_names(&d), vec!["prepare"]);
+}
+
+#[test]
+fn compile_phase_and_kubeless_commands_are_used() {
+    let text = r#"[{"ID":"go","depName":"go.mod","fileNameSuffix":".go","versions":[{"name":"go","version":"1.14",
+      "images":[{"phase":"installation","image":"go-init:1","command":"/install.sh"},
+                {"phase":"compilation","image":"go-init:1","command":"/compile.sh","env":{"GOPATH":"/kubeless/.go"}},
+                {"phase":"runtime","image":"go-rt:1"}],
+      "imagePullSecrets":[{"ImageSecret":"regcred"}]}]}]"#;
+    let c = ControllerConfig {
+        catalogue: Catalogue::parse(text).unwrap(),
+        provision_image: Some("my/unzip:1".into()),
+        ..ControllerConfig::default()
+    };
+    let f = function(
+        json!({"handler": "main.Hello", "function": "package main", "runtime": "go1.14", "deps": "module x"}),
+    );
+    let d = build(&f, &c).unwrap();
+    assert_eq!(init_names(&d), vec!["prepare", "install", "compile"]);
+    let pod = pod_spec(&d);
+    let inits = pod.init_containers.as_ref().unwrap();
+    assert_eq!(inits[0].image.as_deref(), Some("my/unzip:1"));
+    assert_eq!(
+        inits[2].command.as_deref(),
+        Some(&["sh".to_string(), "-c".into(), "/compile.sh".into()][..])
+    );
+    assert_eq!(env_of(&inits[2])["GOPATH"], "/kubeless/.go");
+    assert_eq!(env_of(&inits[2])["KUBELESS_FUNC_NAME"], "Hello");
+    assert_eq!(pod.containers[0].image.as_deref(), Some("go-rt:1"));
+    assert_eq!(pod.image_pull_secrets.as_ref().unwrap()[0].name, "regcred");
+}
+
+#[test]
+fn function_template_wins_over_config_default() {
+    let c = ControllerConfig {
+        default_deployment: Some(json!({
+            "metadata": {"annotations": {"team": "platform"}},
+            "spec": {"replicas": 2, "template": {"spec": {
+                "nodeSelector": {"disk": "ssd"},
+                "containers": [{"env": [{"name": "A", "value": "config"}, {"name": "B", "value": "config"}]}]}}}
+        })),
+        ..ControllerConfig::default()
+    };
+    let f = py(
+        json!({"deployment": {"spec": {"replicas": 3, "template": {"spec": {
+        "serviceAccountName": "fn-sa",
+        "containers": [{"env": [{"name": "B", "value": "function"}],
+                        "resources": {"limits": {"memory": "128Mi"}}}],
+        "initContainers": [{"resources": {"limits": {"cpu": "500m"}}}]}}}}}),
+    );
+    let d = build(&f, &c).unwrap();
+    let spec = d.deployment.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(3));
+    assert_eq!(
+        d.deployment.metadata.annotations.as_ref().unwrap()["team"],
+        "platform"
+    );
+    let pod = pod_spec(&d);
+    assert_eq!(pod.node_selector.as_ref().unwrap()["disk"], "ssd");
+    assert_eq!(pod.service_account_name.as_deref(), Some("fn-sa"));
+    let env = env_of(&pod.containers[0]);
+    assert_eq!(env["A"], "config");
+    assert_eq!(env["B"], "function");
+    assert_eq!(env["FUNC_MEMORY_LIMIT"], "128Mi");
+    let inits = pod.init_containers.as_ref().unwrap();
+    assert_eq!(
+        inits.len(),
+        1,
+        "the template's init container only carries resources"
+    );
+    assert_eq!(
+        inits[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap()["cpu"]
+            .0,
+        "500m"
+    );
+}
+
+#[test]
+fn custom_image_skips_build_and_catalogue() {
+    let f = function(json!({
+        "deployment": {"spec": {"template": {"spec": {"containers": [{"image": "me/fn:1"}]}}}}
+    }));
+    let d = build(&f, &cfg()).unwrap();
+    assert!(pod_spec(&d).init_containers.is_none());
+    assert_eq!(d.image, "me/fn:1");
+    // Even an unknown runtime is fine with a custom image.
+    let f = function(json!({"runtime": "cobol85", "handler": "a.b",
+        "deployment": {"spec": {"template": {"spec": {"containers": [{"image": "me/fn:1"}]}}}}}));
+    assert_eq!(build(&f, &cfg()).unwrap().image, "me/fn:1");
+}
+
+#[test]
+fn unknown_runtime_and_bad_fields_are_reported_by_reason() {
+    let e = build(&py(json!({"runtime": "python2.7"})), &cfg()).unwrap_err();
+    assert_eq!(e.reason(), "UnknownRuntime");
+    assert!(e.to_string().contains("python3.11"), "{e}");
+    for bad in [
+        json!({"timeout": "soon"}),
+        json!({"handler": "nodot"}),
+        json!({"function-content-type": "rar"}),
+        json!({"runtime": ""}),
+        json!({"deployment": {"spec": {"replicas": "many"}}}),
+    ] {
+        let e = build(&py(bad.clone()), &cfg()).unwrap_err();
+        assert_eq!(e.reason(), "InvalidSpec", "{bad}: {e}");
+    }
+}
+
+#[test]
+fn service_defaults_and_custom_ports() {
+    let d = build(&py(json!({})), &cfg()).unwrap();
+    let spec = d.service.spec.as_ref().unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let p = &spec.ports.as_ref().unwrap()[0];
+    assert_eq!(p.name.as_deref(), Some("http-function-port"));
+    assert_eq!(
+        (p.port, p.target_port.clone()),
+        (8080, Some(IntOrString::Int(8080)))
+    );
+    assert_eq!(
+        spec.selector.as_ref().unwrap(),
+        &kubeless_api::labels::function_labels("hello")
+    );
+    assert_eq!(d.url, "http://hello.team.svc.cluster.local:8080");
+
+    let d = build(
+        &py(json!({"service": {"type": "NodePort", "ports": [{"name": "web", "port": 80, "targetPort": 9090}]}})),
+        &cfg(),
+    )
+    .unwrap();
+    let spec = d.service.spec.as_ref().unwrap();
+    assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+    let env = env_of(&pod_spec(&d).containers[0]);
+    assert_eq!(env["FUNC_PORT"], "9090");
+    assert_eq!(
+        pod_spec(&d).containers[0].ports.as_ref().unwrap()[0].container_port,
+        9090
+    );
+    assert_eq!(d.url, "http://hello.team.svc.cluster.local:80");
+}
+
+#[test]
+fn hpa_is_built_and_takes_replicas_away() {
+    let f = py(json!({"horizontalPodAutoscaler": {"spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "hello"},
+        "minReplicas": 1, "maxReplicas": 3,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "targetAverageUtilization": 70}}]}}}));
+    let d = build(&f, &cfg()).unwrap();
+    let hpa = d.hpa.as_ref().unwrap();
+    assert_eq!(hpa.metadata.name.as_deref(), Some("hello"));
+    assert_eq!(hpa.metadata.namespace.as_deref(), Some("team"));
+    assert!(applied_hash(hpa).is_some());
+    assert_eq!(d.deployment.spec.as_ref().unwrap().replicas, None);
+    assert!(build(&py(json!({})), &cfg()).unwrap().hpa.is_none());
+}
+
+#[test]
+fn hashes_change_with_code_deps_runtime_and_timeout_only() {
+    let base = build(&py(json!({})), &cfg()).unwrap();
+    let again = build(&py(json!({})), &cfg()).unwrap();
+    assert_eq!(
+        applied_hash(&base.deployment),
+        applied_hash(&again.deployment)
+    );
+    assert_eq!(
+        applied_hash(&base.config_map),
+        applied_hash(&again.config_map)
+    );
+    assert_eq!(applied_hash(&base.service), applied_hash(&again.service));
+    let template =
+        |d: &Desired| serde_json::to_value(&d.deployment.spec.as_ref().unwrap().template).unwrap();
+    for change in [
+        json!({"function": "def handler(e, c):\n    return 'new'\n"}),
+        json!({"deps": "requests\n"}),
+        json!({"runtime": "python3.11"}),
+        json!({"timeout": "30"}),
+    ] {
+        let d = build(&py(change.clone()), &cfg()).unwrap();
+        assert_ne!(template(&d), template(&base), "{change} must roll the pods");
+        assert_ne!(
+            applied_hash(&d.deployment),
+            applied_hash(&base.deployment),
+            "{change}"
+        );
+    }
+}
+
+#[test]
+fn merge_json_rules() {
+    let mut base = json!({"a": {"b": 1, "c": [1, 2]}, "containers": [{"name": "x", "env": [{"name": "A", "value": "1"}]}]});
+    merge_json(
+        &mut base,
+        &json!({"a": {"c": [3], "d": null}, "containers": [{"env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]}, {"name": "side"}]}),
+        "",
+    );
+    assert_eq!(
+        base,
+        json!({"a": {"b": 1, "c": [3]}, "containers": [
+            {"name": "x", "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]},
+            {"name": "side"}]})
+    );
+}
