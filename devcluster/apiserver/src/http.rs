@@ -244,6 +244,12 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .unwrap_or("application/json")
         .to_string();
     let version = t.version;
+    if content_type.contains("protobuf")
+        && matches!(method, Method::POST | Method::PUT | Method::PATCH)
+    {
+        // Only JSON (and YAML for apply) bodies are understood.
+        return Err(ApiError::unsupported_media_type(&content_type));
+    }
     match (t.name, t.sub) {
         (None, _) => match method {
             Method::GET if t.watch_path || truthy(&q, "watch") => {
@@ -889,7 +895,7 @@ fn openapi_v2(req: &Request) -> Response {
         let mut r = Response::new(Body::from(buf));
         r.headers_mut().insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/com.github.proto-openapi.spec.v2@v1.0+protobuf"),
+            HeaderValue::from_static("application/octet-stream"),
         );
         return r;
     }

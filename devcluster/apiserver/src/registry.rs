@@ -367,7 +367,20 @@ impl Registry {
                 singular,
                 namespaced: b.namespaced,
                 short_names: b.short.iter().map(|s| (*s).to_string()).collect(),
-                categories: Vec::new(),
+                // kubectl's `get all` expands the "all" category.
+                categories: if matches!(
+                    b.resource,
+                    "pods"
+                        | "services"
+                        | "deployments"
+                        | "jobs"
+                        | "cronjobs"
+                        | "horizontalpodautoscalers"
+                ) {
+                    vec!["all".to_string()]
+                } else {
+                    Vec::new()
+                },
                 status: b.status,
                 scale: b.scale.then(|| ScaleSpec {
                     spec_replicas_path: ".spec.replicas".into(),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use devcluster_apiserver::{ServerConfig, start};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy};
 use serde_json::json;
 
 async fn eventually<F, Fut>(what: &str, mut f: F)
@@ -23,12 +23,22 @@ where
     panic!("timed out waiting for {what}");
 }
 
-async fn make(api: &Api<ConfigMap>, name: &str, owner: Option<&ConfigMap>, finalizers: &[&str]) -> ConfigMap {
+async fn make(
+    api: &Api<ConfigMap>,
+    name: &str,
+    owner: Option<&ConfigMap>,
+    finalizers: &[&str],
+) -> ConfigMap {
     let mut obj = json!({"metadata": {"name": name, "finalizers": finalizers}});
     if let Some(o) = owner {
         obj["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid, "blockOwnerDeletion": true}]);
     }
-    api.create(&PostParams::default(), &serde_json::from_value(obj).unwrap()).await.unwrap()
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(obj).unwrap(),
+    )
+    .await
+    .unwrap()
 }
 
 async fn gone(api: &Api<ConfigMap>, name: &str) -> bool {
@@ -46,10 +56,19 @@ async fn finalizers_hold_objects() {
     // Deleting again keeps it; removing the finalizer lets it go.
     api.delete("held", &DeleteParams::default()).await.unwrap();
     assert!(api.get_opt("held").await.unwrap().is_some());
-    api.patch("held", &PatchParams::default(), &Patch::Json::<()>(serde_json::from_value(json!([
-        {"op": "test", "path": "/metadata/finalizers", "value": ["example.com/cleanup"]},
-        {"op": "remove", "path": "/metadata/finalizers/0"}
-    ])).unwrap())).await.unwrap();
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["example.com/cleanup"]},
+                {"op": "remove", "path": "/metadata/finalizers/0"}
+            ]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
     assert!(gone(&api, "held").await);
     server.shutdown().await;
 }
@@ -63,31 +82,72 @@ async fn cascade_background_foreground_orphan() {
     let owner = make(&api, "bg-owner", None, &[]).await;
     let child = make(&api, "bg-child", Some(&owner), &[]).await;
     make(&api, "bg-grandchild", Some(&child), &[]).await;
-    api.delete("bg-owner", &DeleteParams::background()).await.unwrap();
+    api.delete("bg-owner", &DeleteParams::background())
+        .await
+        .unwrap();
     assert!(gone(&api, "bg-owner").await);
-    eventually("background cascade", || async { gone(&api, "bg-child").await && gone(&api, "bg-grandchild").await }).await;
+    eventually("background cascade", || async {
+        gone(&api, "bg-child").await && gone(&api, "bg-grandchild").await
+    })
+    .await;
 
     // Foreground: the owner stays (deletionTimestamp, foregroundDeletion) until dependents are gone.
     let owner = make(&api, "fg-owner", None, &[]).await;
     make(&api, "fg-child", Some(&owner), &["example.com/slow"]).await;
-    api.delete("fg-owner", &DeleteParams::foreground()).await.unwrap();
+    api.delete("fg-owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
     let o = api.get("fg-owner").await.unwrap();
     assert!(o.metadata.deletion_timestamp.is_some());
-    assert!(o.metadata.finalizers.unwrap().contains(&"foregroundDeletion".to_string()));
-    eventually("child marked for deletion", || async { api.get("fg-child").await.unwrap().metadata.deletion_timestamp.is_some() }).await;
+    assert!(
+        o.metadata
+            .finalizers
+            .unwrap()
+            .contains(&"foregroundDeletion".to_string())
+    );
+    eventually("child marked for deletion", || async {
+        api.get("fg-child")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(api.get_opt("fg-owner").await.unwrap().is_some(), "owner must wait for its dependents");
-    api.patch("fg-child", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
-    eventually("foreground owner removed", || async { gone(&api, "fg-owner").await && gone(&api, "fg-child").await }).await;
+    assert!(
+        api.get_opt("fg-owner").await.unwrap().is_some(),
+        "owner must wait for its dependents"
+    );
+    api.patch(
+        "fg-child",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("foreground owner removed", || async {
+        gone(&api, "fg-owner").await && gone(&api, "fg-child").await
+    })
+    .await;
 
     // Orphan: dependents stay, without the owner reference.
     let owner = make(&api, "or-owner", None, &[]).await;
     make(&api, "or-child", Some(&owner), &[]).await;
-    let dp = DeleteParams { propagation_policy: Some(PropagationPolicy::Orphan), ..Default::default() };
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Orphan),
+        ..Default::default()
+    };
     api.delete("or-owner", &dp).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let child = api.get("or-child").await.unwrap();
-    assert!(child.metadata.owner_references.unwrap_or_default().is_empty());
+    assert!(
+        child
+            .metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
     server.shutdown().await;
 }
 
@@ -96,7 +156,12 @@ async fn deleting_a_namespace_removes_its_contents() {
     let server = start(ServerConfig::default()).await.unwrap();
     let client: Client = server.client().await.unwrap();
     let nss: Api<Namespace> = Api::all(client.clone());
-    nss.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "tmp"}})).unwrap()).await.unwrap();
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "tmp"}})).unwrap(),
+    )
+    .await
+    .unwrap();
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "tmp");
     make(&api, "one", None, &[]).await;
     make(&api, "two", None, &["example.com/x"]).await;
@@ -104,11 +169,32 @@ async fn deleting_a_namespace_removes_its_contents() {
     let ns = nss.get("tmp").await.unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
     // New content is refused while terminating.
-    let err = api.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "three"}})).unwrap()).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 403), "{err:?}");
+    let err = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "three"}})).unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 403),
+        "{err:?}"
+    );
     eventually("contents deleted", || async { gone(&api, "one").await }).await;
-    assert!(nss.get_opt("tmp").await.unwrap().is_some(), "namespace waits for the finalized object");
-    api.patch("two", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"finalizers": null}}))).await.unwrap();
-    eventually("namespace removed", || async { nss.get_opt("tmp").await.unwrap().is_none() }).await;
+    assert!(
+        nss.get_opt("tmp").await.unwrap().is_some(),
+        "namespace waits for the finalized object"
+    );
+    api.patch(
+        "two",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("namespace removed", || async {
+        nss.get_opt("tmp").await.unwrap().is_none()
+    })
+    .await;
     server.shutdown().await;
 }

@@ -1,5 +1,5 @@
 //! Runs the API server alone (for the kubectl script and manual testing):
-//! `cargo run -p devcluster-apiserver --example serve -- --kubeconfig /tmp/kc`.
+//! `cargo run -p devcluster-apiserver --bin devcluster-apiserver -- --kubeconfig /tmp/kc`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -27,13 +27,29 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let Args { bind, kubeconfig, data_dir, logs_dir, token } = Args::parse();
-    let mut config = devcluster_apiserver::ServerConfig { bind, data_dir, kubeconfig_path: kubeconfig, token, ..Default::default() };
+    let Args {
+        bind,
+        kubeconfig,
+        data_dir,
+        logs_dir,
+        token,
+    } = Args::parse();
+    let mut config = devcluster_apiserver::ServerConfig {
+        bind,
+        data_dir,
+        kubeconfig_path: kubeconfig,
+        token,
+        ..Default::default()
+    };
     if let Some(l) = logs_dir {
         config.logs_dir = l;
     }
     let server = devcluster_apiserver::start(config).await?;
-    println!("devcluster-apiserver listening on https://{} kubeconfig={}", server.addr(), server.kubeconfig_path().display());
+    println!(
+        "devcluster-apiserver listening on https://{} kubeconfig={}",
+        server.addr(),
+        server.kubeconfig_path().display()
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
