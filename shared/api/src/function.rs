@@ -1,0 +1,182 @@
+//! The `Function` kind (`functions.kubeless.io`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler, core::v1::ServiceSpec,
+};
+use kube::{CustomResource, ResourceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Condition, Error,
+    embedded::{DeploymentTemplate, ServiceTemplate},
+    hpa::HpaTemplate,
+    parse::{ContentType, Handler, RuntimeRef, parse_timeout},
+};
+
+/// A function: source code (or a prebuilt image), its runtime, and templates for the
+/// Deployment, Service and HPA that run it. Field names are Kubeless v1.0.x's.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "kubeless.io",
+    version = "v1beta1",
+    kind = "Function",
+    plural = "functions",
+    singular = "function",
+    namespaced,
+    status = "FunctionStatus",
+    derive = "PartialEq",
+    shortname = "fn",
+    category = "kubeless",
+    doc = "A Kubeless function: source code or image, runtime, and Deployment/Service/HPA templates.",
+    printcolumn(name = "Runtime", type_ = "string", json_path = ".spec.runtime"),
+    printcolumn(name = "Handler", type_ = "string", json_path = ".spec.handler"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+pub struct FunctionSpec {
+    /// Entry point as `<file>.<function>`; for zip or tar content `<file>` picks the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The function source: plain text, base64 or a URL, as told by function-content-type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Encoding of `function`: text, base64 or url, optionally followed by +zip or
+    /// +compressedtar, and +deps when the dependency file is inside the archive. Default text.
+    #[serde(
+        rename = "function-content-type",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub function_content_type: Option<String>,
+    /// `sha256:<hex>` of the decoded function content, verified before it runs. Empty skips the
+    /// check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// Runtime as `<id><version>`, e.g. python3.11 or nodejs20. May be empty when
+    /// deployment.spec.template.spec.containers[0].image names a prebuilt image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Maximum duration of one call in whole seconds, as a string. Default "180".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Content of the runtime's dependency file (requirements.txt, package.json, go.mod, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deps: Option<String>,
+    /// apps/v1 Deployment template merged into the function's Deployment. Partial templates
+    /// are allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<DeploymentTemplate>,
+    /// core/v1 ServiceSpec of the function's Service. Default: ClusterIP, port
+    /// http-function-port 8080 -> 8080.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<ServiceTemplate>,
+    /// HorizontalPodAutoscaler (autoscaling/v2beta1 as Kubeless wrote it, or autoscaling/v2).
+    #[serde(
+        rename = "horizontalPodAutoscaler",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub horizontal_pod_autoscaler: Option<HpaTemplate>,
+}
+
+/// Observed state of a Function.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionStatus {
+    /// The `.metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions; `Ready` tells whether the function serves calls.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::conditions::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Desired replicas of the function's Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Ready replicas of the function's Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// In-cluster URL of the function, `http://<name>.<namespace>.svc.cluster.local:<port>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Runtime image the function runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+impl FunctionSpec {
+    /// Call timeout: `.spec.timeout` seconds, 180 s when absent or empty.
+    pub fn timeout_duration(&self) -> Result<Duration, Error> {
+        parse_timeout(self.timeout.as_deref())
+    }
+
+    /// `.spec.runtime` split into id and version; `None` when absent or empty (custom image).
+    pub fn runtime_ref(&self) -> Result<Option<RuntimeRef>, Error> {
+        match self.runtime.as_deref().map(str::trim) {
+            None | Some("") => Ok(None),
+            Some(r) => RuntimeRef::parse(r).map(Some),
+        }
+    }
+
+    /// Parsed `.spec.function-content-type` (text when absent).
+    pub fn content_type(&self) -> Result<ContentType, Error> {
+        ContentType::parse(self.function_content_type.as_deref())
+    }
+
+    /// `.spec.handler` split into module and function.
+    pub fn handler_parts(&self) -> Result<Handler, Error> {
+        Handler::parse(self.handler.as_deref().unwrap_or(""))
+    }
+
+    /// The `deployment` template as an apps/v1 Deployment; an empty Deployment when absent.
+    /// Tolerates missing required fields (filled with empty values).
+    pub fn deployment_template(&self) -> Result<Deployment, Error> {
+        self.deployment.clone().unwrap_or_default().to_deployment()
+    }
+
+    /// The `service` spec as a core/v1 ServiceSpec; `None` when absent or empty.
+    pub fn service_spec(&self) -> Result<Option<ServiceSpec>, Error> {
+        match &self.service {
+            Some(s) if !s.is_empty() => s.to_service_spec().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The custom image of `deployment.spec.template.spec.containers[0].image`, which makes
+    /// the function "prebuilt" (no build, no code ConfigMap).
+    pub fn custom_image(&self) -> Option<&str> {
+        self.deployment
+            .as_ref()?
+            .0
+            .pointer("/spec/template/spec/containers/0/image")?
+            .as_str()
+            .filter(|s| !s.is_empty())
+    }
+}
+
+impl Function {
+    /// The HPA as autoscaling/v2 (converting v2beta1 metrics); `None` when no autoscaling is
+    /// asked for. An unnamed HPA is named after the function.
+    pub fn hpa_v2(&self) -> Result<Option<HorizontalPodAutoscaler>, Error> {
+        match &self.spec.horizontal_pod_autoscaler {
+            Some(h) => h.to_v2(&self.name_any()),
+            None => Ok(None),
+        }
+    }
+
+    /// See [`FunctionSpec::deployment_template`].
+    pub fn deployment_template(&self) -> Result<Deployment, Error> {
+        self.spec.deployment_template()
+    }
+}
