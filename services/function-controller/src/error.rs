@@ -43,7 +43,10 @@ pub enum Error {
     /// A Function without a namespace (the CRD is namespaced, so only a broken server sends one).
     #[error("Function {0} has no namespace")]
     NoNamespace(String),
-    /// Adding or removing the finalizer failed, or the wrapped reconcile failed.
+    /// Adding our finalizer to a Function failed.
+    #[error("adding the finalizer failed")]
+    AddFinalizer(#[source] kube::Error),
+    /// Removing the finalizer failed, or the wrapped reconcile failed.
     #[error("finalizer handling failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
     /// Creating the Kubernetes client failed.
@@ -73,6 +76,7 @@ impl Error {
             Self::NoNamespace(_) => "NoNamespace",
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",
+            Self::AddFinalizer(_) => "FinalizerFailed",
             Self::Finalizer(inner) => match inner.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

@@ -105,6 +105,15 @@ pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Er
         .ok_or_else(|| Error::NoNamespace(f.name_any()))?;
     ctx.caches_ready().await;
     let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
+    if f.metadata.deletion_timestamp.is_none()
+        && !f.finalizers().iter().any(|x| x == FUNCTION_FINALIZER)
+    {
+        // kube's finalizer helper adds it with a JSON patch whose `test` of a missing list
+        // devcluster rejects; a merge patch guarded by resourceVersion is equivalent.
+        add_finalizer(&api, &f, &ctx).await?;
+        ctx.metrics.observe(started.elapsed());
+        return Ok(Action::await_change());
+    }
     let result = finalizer(&api, FUNCTION_FINALIZER, f, |event| async {
         match event {
             Finalizer::Apply(f) => apply(&f, &ctx).await,
@@ -115,6 +124,23 @@ pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Er
     .map_err(|e| Error::Finalizer(Box::new(e)));
     ctx.metrics.observe(started.elapsed());
     result
+}
+
+async fn add_finalizer(api: &Api<Function>, f: &Function, ctx: &Context) -> Result<(), Error> {
+    let mut finalizers = f.finalizers().to_vec();
+    finalizers.push(FUNCTION_FINALIZER.to_string());
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": f.resource_version()}
+    });
+    ctx.metrics.write("Function", "finalizer");
+    api.patch(
+        &f.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(Error::AddFinalizer)?;
+    Ok(())
 }
 
 /// What to do after a failed reconcile: count it and retry soon.
