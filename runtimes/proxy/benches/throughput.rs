@@ -21,6 +21,9 @@ use hyper_util::rt::TokioIo;
 const BIN: &str = env!("CARGO_BIN_EXE_kubeless-runtime");
 const CONNS: [usize; 3] = [1, 16, 64];
 
+/// Builds the command that starts a server on the given port.
+type Launcher<'a> = Box<dyn Fn(u16) -> Command + 'a>;
+
 fn main() {
     if let Ok(port) = std::env::var("KUBELESS_BENCH_ECHO_PORT") {
         echo_server(port.parse().unwrap());
@@ -31,10 +34,13 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3.0);
     let dur = Duration::from_secs_f64(secs);
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
 
-    let targets: Vec<(&str, Box<dyn Fn(u16) -> Command>)> = vec![
+    let targets: Vec<(&str, Launcher)> = vec![
         (
             "baseline (bare hyper)",
             Box::new(|port| {
@@ -43,14 +49,27 @@ fn main() {
                 c
             }),
         ),
-        ("proxy + no-op worker", Box::new(|port| serve(port, "noop", "", &fixtures.join("python")))),
-        ("python hello", Box::new(|port| serve(port, "auto", "python3.11", &fixtures.join("python")))),
-        ("node hello", Box::new(|port| serve(port, "auto", "nodejs20", &fixtures.join("nodejs")))),
+        (
+            "proxy + no-op worker",
+            Box::new(|port| serve(port, "noop", "", &fixtures.join("python"))),
+        ),
+        (
+            "python hello",
+            Box::new(|port| serve(port, "auto", "python3.11", &fixtures.join("python"))),
+        ),
+        (
+            "node hello",
+            Box::new(|port| serve(port, "auto", "nodejs20", &fixtures.join("nodejs"))),
+        ),
     ];
     let mut results: Vec<(&str, Vec<Point>)> = Vec::new();
     for (name, make) in &targets {
         let port = free_port();
-        let mut child = make(port).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = make(port)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let points = rt.block_on(async {
             wait_ready(port).await;
             let _ = load(port, 16, Duration::from_millis(500)).await; // warm-up
@@ -75,7 +94,13 @@ fn main() {
         let cells: Vec<String> = CONNS
             .iter()
             .zip(points.iter().zip(base))
-            .map(|(c, (p, b))| format!("c{c}: {:.1}% req/s, p50 x{:.2}", 100.0 * p.rps / b.rps, p.p50_us / b.p50_us))
+            .map(|(c, (p, b))| {
+                format!(
+                    "c{c}: {:.1}% req/s, p50 x{:.2}",
+                    100.0 * p.rps / b.rps,
+                    p.p50_us / b.p50_us
+                )
+            })
             .collect();
         println!("{name:<24} {}", cells.join(" | "));
     }
@@ -93,19 +118,32 @@ fn serve(port: u16, worker: &str, runtime: &str, dir: &Path) -> Command {
         .env("FUNC_RUNTIME", runtime)
         .env("KUBELESS_WORKER", worker)
         .env("KUBELESS_INSTALL_VOLUME", dir)
-        .env("KUBELESS_PYTHON_WORKER", runtimes.join("python/kubeless_worker.py"))
-        .env("KUBELESS_NODEJS_WORKER", runtimes.join("nodejs/kubeless_worker.js"))
+        .env(
+            "KUBELESS_PYTHON_WORKER",
+            runtimes.join("python/kubeless_worker.py"),
+        )
+        .env(
+            "KUBELESS_NODEJS_WORKER",
+            runtimes.join("nodejs/kubeless_worker.js"),
+        )
         .env("RUST_LOG", "warn");
     c
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn stop(child: &mut Child) {
     if let Ok(pid) = i32::try_from(child.id()) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGTERM,
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
@@ -145,7 +183,10 @@ async fn connect(port: u16) -> std::io::Result<Sender> {
 }
 
 fn get(port: u16) -> Request<Empty<Bytes>> {
-    Request::get("/").header("host", format!("127.0.0.1:{port}")).body(Empty::new()).unwrap()
+    Request::get("/")
+        .header("host", format!("127.0.0.1:{port}"))
+        .body(Empty::new())
+        .unwrap()
 }
 
 struct Point {
@@ -164,7 +205,9 @@ async fn load(port: u16, conns: usize, dur: Duration) -> Point {
             tokio::spawn(async move {
                 let mut lat = Vec::with_capacity(100_000);
                 let mut errors = 0usize;
-                let Ok(mut s) = connect(port).await else { return (lat, 1) };
+                let Ok(mut s) = connect(port).await else {
+                    return (lat, 1);
+                };
                 // Bounded by time and by a request cap.
                 while Instant::now() < deadline && lat.len() < 5_000_000 {
                     let t = Instant::now();
@@ -202,24 +245,49 @@ async fn load(port: u16, conns: usize, dur: Duration) -> Point {
         let i = ((all.len() as f64 - 1.0) * q).round() as usize;
         all[i] as f64 / 1000.0
     };
-    Point { rps: all.len() as f64 / elapsed, p50_us: pct(0.5), p99_us: pct(0.99), count: all.len(), errors }
+    Point {
+        rps: all.len() as f64 / elapsed,
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        count: all.len(),
+        errors,
+    }
 }
 
 /// The baseline: a bare hyper HTTP/1 server answering "hello world", with the same runtime shape as the proxy.
 fn echo_server(port: u16) {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.unwrap();
+        let l = tokio::net::TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap();
         loop {
-            let Ok((s, _)) = l.accept().await else { continue };
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
             let _ = s.set_nodelay(true);
             tokio::spawn(async move {
-                let svc = hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
-                    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-                    let body = if body.is_empty() { Bytes::from_static(b"hello world") } else { body };
-                    Ok::<_, Infallible>(Response::new(Full::new(body)))
-                });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), svc).await;
+                let svc =
+                    hyper::service::service_fn(|req: Request<hyper::body::Incoming>| async move {
+                        let body = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        let body = if body.is_empty() {
+                            Bytes::from_static(b"hello world")
+                        } else {
+                            body
+                        };
+                        Ok::<_, Infallible>(Response::new(Full::new(body)))
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), svc)
+                    .await;
             });
         }
     });

@@ -100,6 +100,9 @@ pub struct ServeArgs {
     /// Folder for the worker sockets (default: a fresh temporary folder).
     #[arg(long, env = "KUBELESS_SOCKET_DIR")]
     pub socket_dir: Option<PathBuf>,
+    /// Threads for the proxy's own event loop (default: available CPUs).
+    #[arg(long, env = "KUBELESS_PROXY_THREADS")]
+    pub proxy_threads: Option<usize>,
     /// Write one access-log line per request to stdout.
     #[arg(long, env = "KUBELESS_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     pub access_log: bool,

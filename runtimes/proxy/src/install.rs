@@ -30,7 +30,10 @@ pub enum InstallError {
         source: std::io::Error,
     },
     #[error("`{command}` failed with {status}; its output is above")]
-    Failed { command: String, status: std::process::ExitStatus },
+    Failed {
+        command: String,
+        status: std::process::ExitStatus,
+    },
 }
 
 /// What was done, for the log.
@@ -92,10 +95,17 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
     if runtime.starts_with("python") {
         let target = args.dir.join(PYTHON_PACKAGES_DIR);
         let mut cmd = Command::new(python_program(args));
-        cmd.args(["-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check", "--target"])
-            .arg(&target)
-            .arg("-r")
-            .arg(&args.deps);
+        cmd.args([
+            "-m",
+            "pip",
+            "install",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(&target)
+        .arg("-r")
+        .arg(&args.deps);
         run(cmd)?;
         Ok(Installed::Python { target })
     } else if runtime.starts_with("nodejs") || runtime.starts_with("node") {
@@ -112,11 +122,20 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
             })?;
         }
         let mut cmd = Command::new(&args.npm);
-        cmd.args(["install", "--no-audit", "--no-fund", "--omit=dev", "--prefix"])
-            .arg(&args.dir);
+        cmd.args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--omit=dev",
+            "--prefix",
+        ])
+        .arg(&args.dir);
         // The function user's HOME may not be writable; keep npm's cache in the volume's temp space.
         if std::env::var_os("npm_config_cache").is_none() {
-            cmd.env("npm_config_cache", std::env::temp_dir().join("kubeless-npm-cache"));
+            cmd.env(
+                "npm_config_cache",
+                std::env::temp_dir().join("kubeless-npm-cache"),
+            );
         }
         run(cmd)?;
         Ok(Installed::Node {

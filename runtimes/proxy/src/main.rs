@@ -43,7 +43,19 @@ fn main() -> ExitCode {
 }
 
 fn serve(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = match args.proxy_threads {
+        // One thread avoids cross-thread wake-ups per call, which dominate latency at low load.
+        Some(1) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        Some(n) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n.max(1))
+            .enable_all()
+            .build()?,
+        None => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?,
+    };
     rt.block_on(async {
         let server = server::Server::bind(args).await?;
         server.run().await;

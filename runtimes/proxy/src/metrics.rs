@@ -8,7 +8,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Same bucket bounds as the Prometheus client defaults Kubeless used.
-const BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 /// Content type of [`Metrics::encode`] output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -40,10 +42,15 @@ impl Metrics {
         let mut registry = Registry::default();
         let calls = Family::<MethodLabels, Counter>::default();
         let failures = Family::<MethodLabels, Counter>::default();
-        let duration =
-            Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(new_histogram);
+        let duration = Family::<MethodLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            new_histogram,
+        );
         // prometheus-client appends `_total` to counters itself.
-        registry.register("function_calls", "Number of calls to the function", calls.clone());
+        registry.register(
+            "function_calls",
+            "Number of calls to the function",
+            calls.clone(),
+        );
         registry.register(
             "function_failures",
             "Number of calls that raised, timed out or lost their worker",
@@ -96,11 +103,29 @@ mod tests {
         m.observe("GET", 0.2, true);
         m.observe("POST", 0.02, false);
         let text = m.encode().unwrap();
-        assert!(text.contains("function_calls_total{method=\"GET\"} 2"), "{text}");
-        assert!(text.contains("function_calls_total{method=\"POST\"} 1"), "{text}");
-        assert!(text.contains("function_failures_total{method=\"GET\"} 1"), "{text}");
-        assert!(text.contains("function_failures_total{method=\"POST\"} 0"), "{text}");
-        assert!(text.contains("function_duration_seconds_count{method=\"GET\"} 2"), "{text}");
-        assert!(text.contains("function_duration_seconds_bucket{le=\"0.005\",method=\"GET\"} 1"), "{text}");
+        assert!(
+            text.contains("function_calls_total{method=\"GET\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("function_calls_total{method=\"POST\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("function_failures_total{method=\"GET\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("function_failures_total{method=\"POST\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("function_duration_seconds_count{method=\"GET\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("function_duration_seconds_bucket{le=\"0.005\",method=\"GET\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -20,7 +20,8 @@ pub enum NoopError {
 pub fn run() -> Result<(), NoopError> {
     let path = std::env::var_os("KUBELESS_WORKER_SOCKET").ok_or(NoopError::NoSocket)?;
     let stream = UnixStream::connect(path).map_err(NoopError::Connect)?;
-    let mut reader = BufReader::with_capacity(64 * 1024, stream.try_clone().map_err(NoopError::Connect)?);
+    let mut reader =
+        BufReader::with_capacity(64 * 1024, stream.try_clone().map_err(NoopError::Connect)?);
     let mut writer = BufWriter::new(stream);
     let hello = Hello {
         ready: true,

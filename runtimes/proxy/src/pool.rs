@@ -74,7 +74,10 @@ pub struct PoolStartError {
 /// What happened to one call.
 #[derive(Debug)]
 pub enum CallOutcome {
-    Response { head: ResponseHead, body: Bytes },
+    Response {
+        head: ResponseHead,
+        body: Bytes,
+    },
     Timeout,
     /// The worker died or broke the protocol mid-call.
     WorkerFailed(String),
@@ -97,7 +100,11 @@ pub struct Pool {
 
 impl Pool {
     /// Start `size` workers and wait until each has loaded the function.
-    pub async fn start(spec: WorkerSpec, size: usize, timeout: Duration) -> Result<Self, PoolStartError> {
+    pub async fn start(
+        spec: WorkerSpec,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<Self, PoolStartError> {
         let size = size.max(1);
         let (tx, rx) = mpsc::channel::<Job>(size * 1024);
         let rx = Arc::new(Mutex::new(rx));
@@ -139,7 +146,16 @@ impl Pool {
     /// Queue a call (prefix from [`protocol::encode_prefix`]) and wait for its outcome.
     pub async fn call(&self, prefix: Vec<u8>, body: Bytes) -> CallOutcome {
         let (reply, rx) = oneshot::channel();
-        if self.tx.send(Job { prefix, body, reply }).await.is_err() {
+        if self
+            .tx
+            .send(Job {
+                prefix,
+                body,
+                reply,
+            })
+            .await
+            .is_err()
+        {
             return CallOutcome::Unavailable;
         }
         rx.await.unwrap_or(CallOutcome::Unavailable)
@@ -201,7 +217,8 @@ impl Worker {
         };
         let (r, writer) = stream.into_split();
         let mut reader = BufReader::with_capacity(64 * 1024, r);
-        let hello = tokio::time::timeout(spec.start_timeout, protocol::read_frame(&mut reader)).await;
+        let hello =
+            tokio::time::timeout(spec.start_timeout, protocol::read_frame(&mut reader)).await;
         let head = match hello {
             Ok(Ok(Some((head, _)))) => head,
             Ok(Ok(None)) => {
@@ -238,7 +255,11 @@ impl Worker {
         })
     }
 
-    async fn call(&mut self, prefix: Vec<u8>, body: &[u8]) -> Result<(ResponseHead, Bytes), String> {
+    async fn call(
+        &mut self,
+        prefix: Vec<u8>,
+        body: &[u8],
+    ) -> Result<(ResponseHead, Bytes), String> {
         protocol::write_frame(&mut self.writer, prefix, body)
             .await
             .map_err(|e| format!("sending the call failed: {e}"))?;
@@ -264,7 +285,10 @@ impl Worker {
 
 fn kill_group(child: &mut Child) {
     if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
     let _ = child.start_kill();
 }
@@ -309,7 +333,9 @@ async fn run_slot(
             let job = match next {
                 Ok(job) => job,
                 Err(status) => {
-                    let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                    let status = status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|e| e.to_string());
                     tracing::error!(slot, %status, "idle worker exited; replacing it");
                     worker.kill();
                     break;
@@ -334,7 +360,11 @@ async fn run_slot(
                     break;
                 }
                 Err(_) => {
-                    tracing::warn!(slot, timeout_s = timeout.as_secs_f64(), "call timed out; killing and replacing the worker");
+                    tracing::warn!(
+                        slot,
+                        timeout_s = timeout.as_secs_f64(),
+                        "call timed out; killing and replacing the worker"
+                    );
                     let _ = job.reply.send(CallOutcome::Timeout);
                     worker.kill();
                     break;

@@ -12,7 +12,9 @@ use crate::cli::PrepareArgs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrepareError {
-    #[error("unknown function content type {0:?} (want text|base64|url, optionally +zip or +compressedtar, +deps)")]
+    #[error(
+        "unknown function content type {0:?} (want text|base64|url, optionally +zip or +compressedtar, +deps)"
+    )]
     ContentType(String),
     #[error("cannot read the function source {path}")]
     ReadSource {
@@ -34,7 +36,9 @@ pub enum PrepareError {
     DownloadStatus { url: String, status: u16 },
     #[error("unsupported checksum {0:?} (want sha256:<hex> or empty)")]
     ChecksumFormat(String),
-    #[error("checksum mismatch: the function content has sha256:{actual}, expected sha256:{expected}")]
+    #[error(
+        "checksum mismatch: the function content has sha256:{actual}, expected sha256:{expected}"
+    )]
     ChecksumMismatch { expected: String, actual: String },
     #[error("cannot unzip the function")]
     Zip(#[source] zip::result::ZipError),
@@ -93,7 +97,9 @@ impl std::str::FromStr for ContentType {
         for p in parts {
             match p {
                 "zip" if ct.packing == Packing::File => ct.packing = Packing::Zip,
-                "compressedtar" if ct.packing == Packing::File => ct.packing = Packing::CompressedTar,
+                "compressedtar" if ct.packing == Packing::File => {
+                    ct.packing = Packing::CompressedTar
+                }
                 "deps" => ct.deps_inside = true,
                 _ => return Err(bad()),
             }
@@ -153,13 +159,16 @@ fn untar(content: &[u8], dest: &Path) -> Result<(), PrepareError> {
     // Like `tar xf`, detect the compression from the magic bytes.
     let reader: Box<dyn Read + '_> = if content.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::MultiGzDecoder::new(content))
-    } else if content.starts_with(b"BZh") || content.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+    } else if content.starts_with(b"BZh") || content.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0])
+    {
         return untar_with_system_tar(content, dest);
     } else {
         Box::new(content)
     };
     // unpack() refuses entries that would land outside `dest`.
-    tar::Archive::new(reader).unpack(dest).map_err(PrepareError::Tar)
+    tar::Archive::new(reader)
+        .unpack(dest)
+        .map_err(PrepareError::Tar)
 }
 
 /// bzip2 and xz archives go through the system `tar`, as Kubeless did.
@@ -174,7 +183,9 @@ fn untar_with_system_tar(content: &[u8], dest: &Path) -> Result<(), PrepareError
         .status()
         .map_err(PrepareError::Tar)?;
     if !status.success() {
-        return Err(PrepareError::Tar(std::io::Error::other(format!("tar exited with {status}"))));
+        return Err(PrepareError::Tar(std::io::Error::other(format!(
+            "tar exited with {status}"
+        ))));
     }
     Ok(())
 }
@@ -190,7 +201,10 @@ pub fn prepare(args: &PrepareArgs) -> Result<(), PrepareError> {
         Encoding::Text => raw,
         Encoding::Base64 => {
             // ConfigMap values may be wrapped; base64 ignores whitespace.
-            let compact: Vec<u8> = raw.into_iter().filter(|b| !b.is_ascii_whitespace()).collect();
+            let compact: Vec<u8> = raw
+                .into_iter()
+                .filter(|b| !b.is_ascii_whitespace())
+                .collect();
             base64::engine::general_purpose::STANDARD
                 .decode(&compact)
                 .map_err(PrepareError::Base64)?
@@ -234,7 +248,10 @@ pub fn prepare(args: &PrepareArgs) -> Result<(), PrepareError> {
     {
         match std::fs::read(deps) {
             Ok(bytes) => {
-                let name = deps.file_name().map(PathBuf::from).unwrap_or_else(|| "deps".into());
+                let name = deps
+                    .file_name()
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| "deps".into());
                 write_file(&args.dest.join(name), &bytes)?;
             }
             // The ConfigMap has no deps entry when the function has none.
@@ -262,7 +279,10 @@ mod tests {
         assert_eq!(ct.packing, Packing::Zip);
         assert!(ct.deps_inside);
         let ct: ContentType = "url+compressedtar".parse().unwrap();
-        assert_eq!((ct.encoding, ct.packing, ct.deps_inside), (Encoding::Url, Packing::CompressedTar, false));
+        assert_eq!(
+            (ct.encoding, ct.packing, ct.deps_inside),
+            (Encoding::Url, Packing::CompressedTar, false)
+        );
         assert_eq!("".parse::<ContentType>().unwrap().encoding, Encoding::Text);
         assert!("gzip".parse::<ContentType>().is_err());
         assert!("text+zip+compressedtar".parse::<ContentType>().is_err());
@@ -277,6 +297,9 @@ mod tests {
             verify_checksum(sum, b"hellO"),
             Err(PrepareError::ChecksumMismatch { .. })
         ));
-        assert!(matches!(verify_checksum("md5:abc", b"x"), Err(PrepareError::ChecksumFormat(_))));
+        assert!(matches!(
+            verify_checksum("md5:abc", b"x"),
+            Err(PrepareError::ChecksumFormat(_))
+        ));
     }
 }

@@ -124,8 +124,11 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     Ok(Some((head, body.freeze())))
 }
 
+/// A frame's JSON header bytes and body.
+pub type RawFrame = (Vec<u8>, Vec<u8>);
+
 /// Blocking variant of [`read_frame`], for the built-in no-op worker.
-pub fn read_frame_blocking<R: Read>(r: &mut R) -> Result<Option<(Vec<u8>, Vec<u8>)>, FrameError> {
+pub fn read_frame_blocking<R: Read>(r: &mut R) -> Result<Option<RawFrame>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}

@@ -62,7 +62,10 @@ pub struct Server {
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, ServeError> {
-    let secs: f64 = s.trim().parse().map_err(|_| ServeError::BadTimeout(s.into()))?;
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| ServeError::BadTimeout(s.into()))?;
     if !(secs.is_finite() && secs > 0.0) {
         return Err(ServeError::BadTimeout(s.into()));
     }
@@ -72,7 +75,9 @@ fn parse_timeout(s: &str) -> Result<Duration, ServeError> {
 fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeError> {
     let kind = match args.worker {
         WorkerKind::Auto if args.runtime.starts_with("python") => WorkerKind::Python,
-        WorkerKind::Auto if args.runtime.starts_with("nodejs") || args.runtime.starts_with("node") => {
+        WorkerKind::Auto
+            if args.runtime.starts_with("nodejs") || args.runtime.starts_with("node") =>
+        {
             WorkerKind::Nodejs
         }
         WorkerKind::Auto => return Err(ServeError::UnknownRuntime(args.runtime.clone())),
@@ -103,12 +108,20 @@ impl Server {
         let handler = match (&args.handler, noop) {
             (Some(h), _) => h.clone(),
             (None, true) => String::new(),
-            (None, false) => return Err(ServeError::Missing("the function name", "handler", "FUNC_HANDLER")),
+            (None, false) => {
+                return Err(ServeError::Missing(
+                    "the function name",
+                    "handler",
+                    "FUNC_HANDLER",
+                ));
+            }
         };
         let module = match (&args.module, noop) {
             (Some(m), _) => m.clone(),
             (None, true) => String::new(),
-            (None, false) => return Err(ServeError::Missing("the module name", "module", "MOD_NAME")),
+            (None, false) => {
+                return Err(ServeError::Missing("the module name", "module", "MOD_NAME"));
+            }
         };
         let volume: PathBuf = match (&args.install_volume, noop) {
             (Some(v), _) => v.clone(),
@@ -142,16 +155,21 @@ impl Server {
             ("FUNC_TIMEOUT".into(), args.timeout.clone().into()),
             ("FUNC_RUNTIME".into(), args.runtime.clone().into()),
             ("FUNC_MEMORY_LIMIT".into(), args.memory_limit.clone().into()),
-            ("KUBELESS_INSTALL_VOLUME".into(), volume.clone().into_os_string()),
+            (
+                "KUBELESS_INSTALL_VOLUME".into(),
+                volume.clone().into_os_string(),
+            ),
             (
                 "KUBELESS_PYTHON_PACKAGES".into(),
                 volume.join(PYTHON_PACKAGES_DIR).into_os_string(),
             ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
         ];
-        let size = args
-            .workers
-            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+        let size = args.workers.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
         let spec = WorkerSpec {
             program,
             args: wargs,
@@ -224,7 +242,10 @@ impl Server {
         }
         tracing::info!("shutting down: finishing in-flight calls");
         drop(self.listener);
-        if tokio::time::timeout(self.state.timeout, graceful.shutdown()).await.is_err() {
+        if tokio::time::timeout(self.state.timeout, graceful.shutdown())
+            .await
+            .is_err()
+        {
             tracing::warn!("in-flight calls did not finish within the timeout");
         }
     }
@@ -232,7 +253,10 @@ impl Server {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
-    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {},
@@ -257,11 +281,21 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
 fn is_managed_header(name: &str) -> bool {
     matches!(
         name,
-        "content-length" | "transfer-encoding" | "connection" | "keep-alive" | "upgrade" | "te" | "trailer"
+        "content-length"
+            | "transfer-encoding"
+            | "connection"
+            | "keep-alive"
+            | "upgrade"
+            | "te"
+            | "trailer"
     )
 }
 
-async fn handle(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) -> Response<Full<Bytes>> {
+async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+    remote: SocketAddr,
+) -> Response<Full<Bytes>> {
     let start = Instant::now();
     let method = req.method().clone();
     let version = req.version();
@@ -275,8 +309,10 @@ async fn handle(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) -
         "/metrics" => match state.metrics.encode() {
             Ok(body) => {
                 let mut r = Response::new(Full::new(Bytes::from(body)));
-                r.headers_mut()
-                    .insert(header::CONTENT_TYPE, HeaderValue::from_static(metrics::CONTENT_TYPE));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(metrics::CONTENT_TYPE),
+                );
                 r
             }
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
@@ -298,7 +334,9 @@ async fn handle(state: Arc<State>, req: Request<Incoming>, remote: SocketAddr) -
             path_and_query,
             version,
             resp.status().as_u16(),
-            hyper::body::Body::size_hint(resp.body()).exact().unwrap_or(0),
+            hyper::body::Body::size_hint(resp.body())
+                .exact()
+                .unwrap_or(0),
             start.elapsed().as_secs_f64() * 1000.0,
         );
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
@@ -316,16 +354,29 @@ async fn call_function(
     let body = match Limited::new(body, state.max_body).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                return (text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"), false);
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
+                return (
+                    text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n"),
+                    false,
+                );
             }
-            return (text(StatusCode::BAD_REQUEST, "cannot read the request body\n"), false);
+            return (
+                text(StatusCode::BAD_REQUEST, "cannot read the request body\n"),
+                false,
+            );
         }
     };
     let headers = parts
         .headers
         .iter()
-        .map(|(k, v)| (k.as_str().to_owned(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
+        .map(|(k, v)| {
+            (
+                k.as_str().to_owned(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
         .collect();
     let head = RequestHead {
         method: parts.method.as_str().to_owned(),
@@ -341,7 +392,12 @@ async fn call_function(
     };
     let prefix = match protocol::encode_prefix(&head, body.len()) {
         Ok(p) => p,
-        Err(_) => return (text(StatusCode::PAYLOAD_TOO_LARGE, "request too large\n"), false),
+        Err(_) => {
+            return (
+                text(StatusCode::PAYLOAD_TOO_LARGE, "request too large\n"),
+                false,
+            );
+        }
     };
     match state.pool.call(prefix, body).await {
         CallOutcome::Response { head, body } => {
@@ -350,32 +406,47 @@ async fn call_function(
                 tracing::error!(error = %err, "function raised");
             }
             let mut r = Response::new(Full::new(body));
-            *r.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            *r.status_mut() =
+                StatusCode::from_u16(head.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let h = r.headers_mut();
             for (k, v) in head.headers {
                 let name = k.to_ascii_lowercase();
                 if is_managed_header(&name) {
                     continue;
                 }
-                match (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(&v)) {
+                match (
+                    HeaderName::from_bytes(name.as_bytes()),
+                    HeaderValue::from_str(&v),
+                ) {
                     (Ok(n), Ok(v)) => {
                         h.append(n, v);
                     }
-                    _ => tracing::warn!(header = %k, "dropping an invalid response header from the function"),
+                    _ => {
+                        tracing::warn!(header = %k, "dropping an invalid response header from the function")
+                    }
                 }
             }
             (r, failed)
         }
         CallOutcome::Timeout => (
-            text(StatusCode::REQUEST_TIMEOUT, "Timeout while processing the function\n"),
+            text(
+                StatusCode::REQUEST_TIMEOUT,
+                "Timeout while processing the function\n",
+            ),
             true,
         ),
         CallOutcome::WorkerFailed(_) => (
-            text(StatusCode::INTERNAL_SERVER_ERROR, "the function's worker process died\n"),
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the function's worker process died\n",
+            ),
             true,
         ),
         CallOutcome::Unavailable => (
-            text(StatusCode::SERVICE_UNAVAILABLE, "the function runtime is shutting down\n"),
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the function runtime is shutting down\n",
+            ),
             true,
         ),
     }

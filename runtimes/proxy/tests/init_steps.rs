@@ -18,7 +18,13 @@ fn sha(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn prepare(src: &Path, content_type: &str, checksum: &str, dest: &Path, deps: Option<&Path>) -> Output {
+fn prepare(
+    src: &Path,
+    content_type: &str,
+    checksum: &str,
+    dest: &Path,
+    deps: Option<&Path>,
+) -> Output {
     let mut cmd = Command::new(BIN);
     cmd.env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -40,7 +46,8 @@ fn prepare(src: &Path, content_type: &str, checksum: &str, dest: &Path, deps: Op
 fn zip_bytes(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, content) in files {
-        w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap();
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
         w.write_all(content).unwrap();
     }
     w.finish().unwrap().into_inner()
@@ -72,9 +79,19 @@ fn prepare_text_copies_source_and_deps() {
         dest.path(),
         Some(&src.path().join("requirements.txt")),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(dest.path().join("handler.py")).unwrap(), SOURCE);
-    assert_eq!(std::fs::read_to_string(dest.path().join("requirements.txt")).unwrap(), "six\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("handler.py")).unwrap(),
+        SOURCE
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("requirements.txt")).unwrap(),
+        "six\n"
+    );
 }
 
 #[test]
@@ -83,29 +100,72 @@ fn prepare_base64_decodes_and_checks_the_decoded_content() {
     let dest = tempfile::tempdir().unwrap();
     let encoded = base64::engine::general_purpose::STANDARD.encode(SOURCE);
     std::fs::write(src.path().join("handler.py"), &encoded).unwrap();
-    let out = prepare(&src.path().join("handler.py"), "base64", &sha(SOURCE.as_bytes()), dest.path(), None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(dest.path().join("handler.py")).unwrap(), SOURCE);
+    let out = prepare(
+        &src.path().join("handler.py"),
+        "base64",
+        &sha(SOURCE.as_bytes()),
+        dest.path(),
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("handler.py")).unwrap(),
+        SOURCE
+    );
 }
 
 #[test]
 fn prepare_base64_zip_extracts() {
     let src = tempfile::tempdir().unwrap();
     let dest = tempfile::tempdir().unwrap();
-    let zip = zip_bytes(&[("handler.py", SOURCE.as_bytes()), ("lib/util.py", b"X = 1\n")]);
-    std::fs::write(src.path().join("handler.py"), base64::engine::general_purpose::STANDARD.encode(&zip)).unwrap();
-    let out = prepare(&src.path().join("handler.py"), "base64+zip", &sha(&zip), dest.path(), None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(dest.path().join("handler.py")).unwrap(), SOURCE);
-    assert_eq!(std::fs::read_to_string(dest.path().join("lib/util.py")).unwrap(), "X = 1\n");
+    let zip = zip_bytes(&[
+        ("handler.py", SOURCE.as_bytes()),
+        ("lib/util.py", b"X = 1\n"),
+    ]);
+    std::fs::write(
+        src.path().join("handler.py"),
+        base64::engine::general_purpose::STANDARD.encode(&zip),
+    )
+    .unwrap();
+    let out = prepare(
+        &src.path().join("handler.py"),
+        "base64+zip",
+        &sha(&zip),
+        dest.path(),
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("handler.py")).unwrap(),
+        SOURCE
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("lib/util.py")).unwrap(),
+        "X = 1\n"
+    );
 }
 
 #[test]
 fn prepare_compressedtar_with_deps_inside() {
     let src = tempfile::tempdir().unwrap();
     let dest = tempfile::tempdir().unwrap();
-    let tgz = targz_bytes(&[("handler.py", SOURCE.as_bytes()), ("requirements.txt", b"from-archive\n")]);
-    std::fs::write(src.path().join("handler.py"), base64::engine::general_purpose::STANDARD.encode(&tgz)).unwrap();
+    let tgz = targz_bytes(&[
+        ("handler.py", SOURCE.as_bytes()),
+        ("requirements.txt", b"from-archive\n"),
+    ]);
+    std::fs::write(
+        src.path().join("handler.py"),
+        base64::engine::general_purpose::STANDARD.encode(&tgz),
+    )
+    .unwrap();
     // With +deps the archive's deps file wins over the ConfigMap's.
     std::fs::write(src.path().join("requirements.txt"), "from-configmap\n").unwrap();
     let out = prepare(
@@ -115,9 +175,19 @@ fn prepare_compressedtar_with_deps_inside() {
         dest.path(),
         Some(&src.path().join("requirements.txt")),
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(std::fs::read_to_string(dest.path().join("handler.py")).unwrap(), SOURCE);
-    assert_eq!(std::fs::read_to_string(dest.path().join("requirements.txt")).unwrap(), "from-archive\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("handler.py")).unwrap(),
+        SOURCE
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("requirements.txt")).unwrap(),
+        "from-archive\n"
+    );
 }
 
 /// Serves `body` to at most `max` connections on a loopback port, then stops.
@@ -129,7 +199,10 @@ fn one_shot_http(body: Vec<u8>, max: usize) -> (String, std::thread::JoinHandle<
             let Ok((mut s, _)) = l.accept() else { return };
             let mut buf = [0u8; 4096];
             let _ = s.read(&mut buf);
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
             let _ = s.write_all(head.as_bytes());
             let _ = s.write_all(&body);
         }
@@ -144,10 +217,23 @@ fn prepare_url_zip_downloads() {
     let zip = zip_bytes(&[("handler.py", SOURCE.as_bytes())]);
     let (url, server) = one_shot_http(zip.clone(), 1);
     std::fs::write(src.path().join("handler.py"), format!("{url}\n")).unwrap();
-    let out = prepare(&src.path().join("handler.py"), "url+zip", &sha(&zip), dest.path(), None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = prepare(
+        &src.path().join("handler.py"),
+        "url+zip",
+        &sha(&zip),
+        dest.path(),
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     server.join().unwrap();
-    assert_eq!(std::fs::read_to_string(dest.path().join("handler.py")).unwrap(), SOURCE);
+    assert_eq!(
+        std::fs::read_to_string(dest.path().join("handler.py")).unwrap(),
+        SOURCE
+    );
 }
 
 #[test]
@@ -156,12 +242,21 @@ fn prepare_checksum_mismatch_fails_clearly() {
     let dest = tempfile::tempdir().unwrap();
     std::fs::write(src.path().join("handler.py"), SOURCE).unwrap();
     let wrong = sha(b"something else");
-    let out = prepare(&src.path().join("handler.py"), "text", &wrong, dest.path(), None);
+    let out = prepare(
+        &src.path().join("handler.py"),
+        "text",
+        &wrong,
+        dest.path(),
+        None,
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("checksum mismatch"), "{stderr}");
     assert!(stderr.contains(&wrong), "{stderr}");
-    assert!(!dest.path().join("handler.py").exists(), "nothing is written on a mismatch");
+    assert!(
+        !dest.path().join("handler.py").exists(),
+        "nothing is written on a mismatch"
+    );
 }
 
 #[test]
@@ -199,14 +294,34 @@ fn volume_with_fixture(lang: Lang) -> tempfile::TempDir {
 async fn install_requirements_txt_and_use_it() {
     let vol = volume_with_fixture(Lang::Python);
     std::fs::write(vol.path().join("requirements.txt"), "six==1.16.0\n").unwrap();
-    let out = install("python3.11", &vol.path().join("requirements.txt"), vol.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = install(
+        "python3.11",
+        &vol.path().join("requirements.txt"),
+        vol.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rt = Runtime::start(
         Lang::Python,
-        Opts { handler: "uses_dep", volume: Some(vol.path().to_path_buf()), workers: 1, ..Opts::default() },
+        Opts {
+            handler: "uses_dep",
+            volume: Some(vol.path().to_path_buf()),
+            workers: 1,
+            ..Opts::default()
+        },
     )
     .await;
-    let body = client().get(rt.url("/")).send().await.unwrap().text().await.unwrap();
+    let body = client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(body, "six 1.16.0");
 }
 
@@ -221,14 +336,34 @@ async fn install_package_json_and_use_it() {
     )
     .unwrap();
     let out = install("nodejs20", &deps.path().join("package.json"), vol.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(vol.path().join("node_modules/is-number/package.json").exists());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        vol.path()
+            .join("node_modules/is-number/package.json")
+            .exists()
+    );
     let rt = Runtime::start(
         Lang::Nodejs,
-        Opts { handler: "uses_dep", volume: Some(vol.path().to_path_buf()), workers: 1, ..Opts::default() },
+        Opts {
+            handler: "uses_dep",
+            volume: Some(vol.path().to_path_buf()),
+            workers: 1,
+            ..Opts::default()
+        },
     )
     .await;
-    let body = client().get(rt.url("/")).send().await.unwrap().text().await.unwrap();
+    let body = client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(body, "is-number true");
 }
 
@@ -236,10 +371,17 @@ async fn install_package_json_and_use_it() {
 fn install_bad_requirement_fails() {
     let vol = tempfile::tempdir().unwrap();
     std::fs::write(vol.path().join("requirements.txt"), "six==999.0.0\n").unwrap();
-    let out = install("python3.11", &vol.path().join("requirements.txt"), vol.path());
+    let out = install(
+        "python3.11",
+        &vol.path().join("requirements.txt"),
+        vol.path(),
+    );
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("six==999.0.0") && stderr.contains("failed"), "{stderr}");
+    assert!(
+        stderr.contains("six==999.0.0") && stderr.contains("failed"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -253,16 +395,31 @@ fn install_bad_package_json_fails() {
     let out = install("nodejs20", &vol.path().join("package.json"), vol.path());
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("npm") && stderr.contains("failed"), "{stderr}");
+    assert!(
+        stderr.contains("npm") && stderr.contains("failed"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn install_without_deps_is_a_no_op() {
     let vol = tempfile::tempdir().unwrap();
-    let out = install("python3.11", &vol.path().join("requirements.txt"), vol.path());
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = install(
+        "python3.11",
+        &vol.path().join("requirements.txt"),
+        vol.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::write(vol.path().join("requirements.txt"), "\n").unwrap();
-    let out = install("python3.11", &vol.path().join("requirements.txt"), vol.path());
+    let out = install(
+        "python3.11",
+        &vol.path().join("requirements.txt"),
+        vol.path(),
+    );
     assert!(out.status.success());
     assert!(!vol.path().join(".python-packages").exists());
 }

@@ -25,13 +25,29 @@ async fn hello_any_method_and_path(lang: Lang) {
     // One access-log line per request (5 calls + /healthz polls), each with method, path and status.
     tokio::time::sleep(Duration::from_millis(100)).await;
     let log = rt.stdout();
-    let calls: Vec<&str> = log.lines().filter(|l| l.contains("/some/deep/path?x=1")).collect();
+    let calls: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("/some/deep/path?x=1"))
+        .collect();
     assert_eq!(calls.len(), 5, "{log}");
-    assert!(calls.iter().any(|l| l.contains("\"PATCH /some/deep/path?x=1") && l.contains(" 200 ")), "{log}");
+    assert!(
+        calls
+            .iter()
+            .any(|l| l.contains("\"PATCH /some/deep/path?x=1") && l.contains(" 200 ")),
+        "{log}"
+    );
 }
 
 async fn event_and_context(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "describe", timeout: "42", ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "describe",
+            timeout: "42",
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     let v: serde_json::Value = c
         .post(rt.url("/path?q=1&r=two"))
@@ -77,36 +93,98 @@ async fn event_and_context(lang: Lang) {
 }
 
 async fn timeout_then_next_call_works(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "spin", workers: 1, timeout: "1", ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "spin",
+            workers: 1,
+            timeout: "1",
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     let start = Instant::now();
     let r = c.post(rt.url("/")).body("spin").send().await.unwrap();
     assert_eq!(r.status(), 408);
     let took = start.elapsed();
-    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "{took:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "{took:?}"
+    );
     // The only worker was killed and replaced; the next call must work.
     let r = c.post(rt.url("/")).body("fine").send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "ok");
-    let m = c.get(rt.url("/metrics")).send().await.unwrap().text().await.unwrap();
-    assert_eq!(metric(&m, "function_failures_total{method=\"POST\"}"), Some(1.0), "{m}");
-    assert_eq!(metric(&m, "function_calls_total{method=\"POST\"}"), Some(2.0), "{m}");
+    let m = c
+        .get(rt.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&m, "function_failures_total{method=\"POST\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "function_calls_total{method=\"POST\"}"),
+        Some(2.0),
+        "{m}"
+    );
 }
 
 async fn exception_500_and_worker_lives(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "boom", workers: 1, ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "boom",
+            workers: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
-    let pid1 = c.post(rt.url("/")).body("x").send().await.unwrap().text().await.unwrap();
+    let pid1 = c
+        .post(rt.url("/"))
+        .body("x")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let r = c.post(rt.url("/")).body("boom").send().await.unwrap();
     assert_eq!(r.status(), 500);
-    let pid2 = c.post(rt.url("/")).body("x").send().await.unwrap().text().await.unwrap();
+    let pid2 = c
+        .post(rt.url("/"))
+        .body("x")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(pid1.parse::<u32>().is_ok(), "{pid1}");
     assert_eq!(pid1, pid2, "the worker must survive an exception");
-    assert!(rt.stderr().contains("kaboom"), "the exception is logged: {}", rt.stderr());
+    assert!(
+        rt.stderr().contains("kaboom"),
+        "the exception is logged: {}",
+        rt.stderr()
+    );
 }
 
 async fn big_and_binary_bodies(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "echo", ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "echo",
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     // 10 MB of pseudo-random bytes, every byte value present.
     let mut x: u32 = 12345;
@@ -132,12 +210,28 @@ async fn big_and_binary_bodies(lang: Lang) {
     assert!(back[..] == big[..], "10 MB body changed on the way");
     // Small binary body that is not valid UTF-8, no content type.
     let bin: Vec<u8> = (0..=255u8).rev().chain(0..=255u8).collect();
-    let back = c.post(rt.url("/")).body(bin.clone()).send().await.unwrap().bytes().await.unwrap();
+    let back = c
+        .post(rt.url("/"))
+        .body(bin.clone())
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
     assert_eq!(&back[..], &bin[..]);
 }
 
 async fn concurrent_calls_queue(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "slow", workers: 3, ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "slow",
+            workers: 3,
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     let start = Instant::now();
     let calls = (0..6).map(|_| {
@@ -152,8 +246,14 @@ async fn concurrent_calls_queue(lang: Lang) {
     let took = start.elapsed();
     assert!(results.iter().all(|(s, _)| *s == 200), "{results:?}");
     // 6 calls of 0.3 s on 3 workers: two rounds, in parallel but queued.
-    assert!(took >= Duration::from_millis(580), "calls did not queue: {took:?}");
-    assert!(took < Duration::from_millis(1700), "calls did not run in parallel: {took:?}");
+    assert!(
+        took >= Duration::from_millis(580),
+        "calls did not queue: {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(1700),
+        "calls did not run in parallel: {took:?}"
+    );
     let pids: std::collections::HashSet<_> = results.iter().map(|(_, p)| p.clone()).collect();
     assert!(pids.len() >= 2 && pids.len() <= 3, "{pids:?}");
 }
@@ -167,7 +267,14 @@ async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
 }
 
 async fn metrics_after_n_calls(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "boom", ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "boom",
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     for _ in 0..5 {
         assert_eq!(c.get(rt.url("/")).send().await.unwrap().status(), 200);
@@ -178,25 +285,65 @@ async fn metrics_after_n_calls(lang: Lang) {
     let r = c.get(rt.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let m = r.text().await.unwrap();
-    assert_eq!(metric(&m, "function_calls_total{method=\"GET\"}"), Some(5.0), "{m}");
-    assert_eq!(metric(&m, "function_calls_total{method=\"POST\"}"), Some(3.0), "{m}");
-    assert_eq!(metric(&m, "function_failures_total{method=\"GET\"}"), Some(0.0), "{m}");
-    assert_eq!(metric(&m, "function_failures_total{method=\"POST\"}"), Some(1.0), "{m}");
-    assert_eq!(metric(&m, "function_duration_seconds_count{method=\"GET\"}"), Some(5.0), "{m}");
-    assert_eq!(metric(&m, "function_duration_seconds_bucket{le=\"+Inf\",method=\"POST\"}"), Some(3.0), "{m}");
-    assert!(m.contains("# TYPE function_duration_seconds histogram"), "{m}");
+    assert_eq!(
+        metric(&m, "function_calls_total{method=\"GET\"}"),
+        Some(5.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "function_calls_total{method=\"POST\"}"),
+        Some(3.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "function_failures_total{method=\"GET\"}"),
+        Some(0.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "function_failures_total{method=\"POST\"}"),
+        Some(1.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(&m, "function_duration_seconds_count{method=\"GET\"}"),
+        Some(5.0),
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "function_duration_seconds_bucket{le=\"+Inf\",method=\"POST\"}"
+        ),
+        Some(3.0),
+        "{m}"
+    );
+    assert!(
+        m.contains("# TYPE function_duration_seconds histogram"),
+        "{m}"
+    );
     // /healthz and /metrics are not function calls.
     assert!(!m.contains("method=\"HEAD\""));
 }
 
 async fn response_objects(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "respond", ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "respond",
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     let r = c.get(rt.url("/?kind=object")).send().await.unwrap();
     assert_eq!(r.status(), 201);
     assert_eq!(r.headers()["x-custom"], "yes");
     assert_eq!(r.headers()["content-type"], "application/json");
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap(), serde_json::json!({"created": true}));
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!({"created": true})
+    );
     let r = c.get(rt.url("/?kind=tuple")).send().await.unwrap();
     assert_eq!(r.status(), 418);
     assert_eq!(r.headers()["x-custom"], "tuple");
@@ -206,7 +353,10 @@ async fn response_objects(lang: Lang) {
     assert_eq!(&r.bytes().await.unwrap()[..], &[0u8, 1, 2, 255]);
     let r = c.get(rt.url("/?kind=list")).send().await.unwrap();
     assert_eq!(r.headers()["content-type"], "application/json");
-    assert_eq!(r.json::<serde_json::Value>().await.unwrap(), serde_json::json!([1, 2, 3]));
+    assert_eq!(
+        r.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!([1, 2, 3])
+    );
     let r = c.get(rt.url("/?kind=html")).send().await.unwrap();
     assert_eq!(r.headers()["content-type"], "text/html");
     assert_eq!(r.text().await.unwrap(), "<b>hi</b>");
@@ -216,7 +366,15 @@ async fn response_objects(lang: Lang) {
 }
 
 async fn async_handler(lang: Lang) {
-    let rt = Runtime::start(lang, Opts { handler: "asleep", workers: 1, ..Opts::default() }).await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "asleep",
+            workers: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
     let c = client();
     for i in 0..3 {
         let v: serde_json::Value = c
@@ -229,13 +387,21 @@ async fn async_handler(lang: Lang) {
             .json()
             .await
             .unwrap();
-        assert_eq!(v, serde_json::json!({"async": true, "data": format!("n{i}")}));
+        assert_eq!(
+            v,
+            serde_json::json!({"async": true, "data": format!("n{i}")})
+        );
     }
 }
 
 async fn load_failure_exits_nonzero(lang: Lang) {
-    let opts = Opts { handler: "no_such_function", ..Opts::default() };
-    let out = common::serve_command(lang, &opts, common::free_port()).output().unwrap();
+    let opts = Opts {
+        handler: "no_such_function",
+        ..Opts::default()
+    };
+    let out = common::serve_command(lang, &opts, common::free_port())
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no_such_function"), "{stderr}");
@@ -269,7 +435,10 @@ both_languages!(
 async fn noop_worker_serves() {
     let rt = Runtime::start(
         Lang::Python,
-        Opts { env: vec![("KUBELESS_WORKER", "noop".into())], ..Opts::default() },
+        Opts {
+            env: vec![("KUBELESS_WORKER", "noop".into())],
+            ..Opts::default()
+        },
     )
     .await;
     let r = client().get(rt.url("/")).send().await.unwrap();

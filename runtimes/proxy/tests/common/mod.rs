@@ -25,7 +25,9 @@ impl Lang {
             Lang::Python => "python",
             Lang::Nodejs => "nodejs",
         };
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(dir)
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(dir)
     }
     pub fn fixture_file(self) -> &'static str {
         match self {
@@ -36,11 +38,18 @@ impl Lang {
 }
 
 pub fn runtimes_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A running `kubeless-runtime serve`; stopped (SIGTERM, then SIGKILL) on drop.
@@ -60,7 +69,13 @@ pub struct Opts<'a> {
 
 impl Default for Opts<'_> {
     fn default() -> Self {
-        Opts { handler: "hello", workers: 2, timeout: "30", volume: None, env: vec![] }
+        Opts {
+            handler: "hello",
+            workers: 2,
+            timeout: "30",
+            volume: None,
+            env: vec![],
+        }
     }
 }
 
@@ -77,10 +92,19 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
         .env("FUNC_TIMEOUT", opts.timeout)
         .env("FUNC_RUNTIME", lang.runtime())
         .env("FUNC_MEMORY_LIMIT", "128Mi")
-        .env("KUBELESS_INSTALL_VOLUME", opts.volume.clone().unwrap_or_else(|| lang.fixtures()))
+        .env(
+            "KUBELESS_INSTALL_VOLUME",
+            opts.volume.clone().unwrap_or_else(|| lang.fixtures()),
+        )
         .env("KUBELESS_WORKERS", opts.workers.to_string())
-        .env("KUBELESS_PYTHON_WORKER", runtimes_dir().join("python/kubeless_worker.py"))
-        .env("KUBELESS_NODEJS_WORKER", runtimes_dir().join("nodejs/kubeless_worker.js"));
+        .env(
+            "KUBELESS_PYTHON_WORKER",
+            runtimes_dir().join("python/kubeless_worker.py"),
+        )
+        .env(
+            "KUBELESS_NODEJS_WORKER",
+            runtimes_dir().join("nodejs/kubeless_worker.js"),
+        );
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
@@ -95,7 +119,11 @@ impl Runtime {
         cmd.stdout(std::fs::File::create(logs.path().join("stdout")).unwrap())
             .stderr(std::fs::File::create(logs.path().join("stderr")).unwrap());
         let child = cmd.spawn().unwrap();
-        let mut rt = Runtime { child, base: format!("http://127.0.0.1:{port}"), logs };
+        let mut rt = Runtime {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            logs,
+        };
         rt.wait_ready().await;
         rt
     }
@@ -131,7 +159,10 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         if let Ok(pid) = i32::try_from(self.child.id()) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
@@ -147,12 +178,19 @@ impl Drop for Runtime {
 
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(60)).build().unwrap()
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }
 
 /// Value of one sample line in a Prometheus text exposition.
 pub fn metric(text: &str, series: &str) -> Option<f64> {
     text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')))
+        .find_map(|l| {
+            l.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
         .and_then(|v| v.trim().parse().ok())
 }
