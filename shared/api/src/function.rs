@@ -16,6 +16,16 @@ use crate::{
     parse::{ContentType, Handler, RuntimeRef, parse_timeout},
 };
 
+/// Default port of a function's Service and container (`FUNC_PORT`).
+pub const DEFAULT_PORT: i32 = 8080;
+/// Default Service port name; the `http-` prefix lets Istio detect the protocol.
+pub const DEFAULT_PORT_NAME: &str = "http-function-port";
+
+/// In-cluster URL of a function's Service: `http://<name>.<namespace>.svc.cluster.local:<port>`.
+pub fn in_cluster_url(name: &str, namespace: &str, port: i32) -> String {
+    format!("http://{name}.{namespace}.svc.cluster.local:{port}")
+}
+
 /// A function: source code (or a prebuilt image), its runtime, and templates for the
 /// Deployment, Service and HPA that run it. Field names are Kubeless v1.0.x's.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -151,6 +161,16 @@ impl FunctionSpec {
             Some(s) if !s.is_empty() => s.to_service_spec().map(Some),
             _ => Ok(None),
         }
+    }
+
+    /// Port callers use: `service.ports[0].port` (as Kubeless triggers did), 8080 by default.
+    pub fn service_port(&self) -> Result<i32, Error> {
+        Ok(self
+            .service_spec()?
+            .and_then(|s| s.ports)
+            .and_then(|p| p.first().map(|p| p.port))
+            .filter(|p| *p > 0)
+            .unwrap_or(DEFAULT_PORT))
     }
 
     /// The custom image of `deployment.spec.template.spec.containers[0].image`, which makes

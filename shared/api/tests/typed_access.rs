@@ -217,6 +217,13 @@ fn function_field_helpers() {
         ("hello", "handler")
     );
     assert_eq!(f.spec.custom_image(), None);
+    assert_eq!(f.spec.service_port().unwrap(), 8080);
+    let partial: Function = fixture("function-partial-deployment.yaml");
+    assert_eq!(partial.spec.service_port().unwrap(), 9090);
+    assert_eq!(
+        kubeless_api::function::in_cluster_url("hello", "default", 9090),
+        "http://hello.default.svc.cluster.local:9090"
+    );
 
     let zipped: Function = fixture("function-url-zip.yaml");
     let ct = zipped.spec.content_type().unwrap();
@@ -228,6 +235,7 @@ fn function_field_helpers() {
         Some("registry.example.invalid/team/custom-fn:1.2.3")
     );
     assert!(custom.spec.runtime_ref().unwrap().is_none());
+    assert_eq!(custom.spec.service_port().unwrap(), 8080);
 }
 
 #[test]
