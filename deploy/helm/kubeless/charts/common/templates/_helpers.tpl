@@ -93,7 +93,7 @@ spec:
               value: {{ .Values.global.logFormat | quote }}
             - name: KUBELESS_ADMIN_ADDR
               value: "0.0.0.0:8081"
-            - name: KUBELESS_FUNCTIONS_NAMESPACE
+            - name: KUBELESS_WATCH_NAMESPACE
               value: {{ .Values.global.functionsNamespace | quote }}
             - name: OTEL_EXPORTER_OTLP_ENDPOINT
               value: {{ .Values.global.otlpEndpoint | quote }}
