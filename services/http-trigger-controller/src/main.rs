@@ -1,1 +1,14 @@
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use http_trigger_controller::{Cli, SERVICE_NAME, serve};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let (service, controller, lease) = Cli::parse().split_leader_election();
+    // `run` logs the error chain; the exit code tells the orchestrator to restart us.
+    match kubeless_service::run(SERVICE_NAME, service, |ctx| serve(ctx, controller, lease)).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}

@@ -1,0 +1,514 @@
+//! The built-in gateway: an HTTP/1.1 + h2c server that serves HTTPTriggers itself, routing by
+//! host and longest path prefix to the function's ready endpoints (EndpointSlices, balanced
+//! here), with basic auth, CORS, the function's timeout and the Kubeless event headers.
+//!
+//! It makes HTTP triggers work where no ingress controller runs (devcluster), and it is where
+//! scale-from-zero will hook in later (hold the request while the function scales up).
+
+pub mod auth;
+pub mod cors;
+pub mod feed;
+pub mod routes;
+pub mod secrets;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{
+    AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderName, HeaderValue, TE, TRAILER,
+    TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
+};
+use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use kubeless_invoke::Resolve;
+use kubeless_invoke::event::{
+    EVENT_ID, EVENT_NAMESPACE, EVENT_TIME, EVENT_TYPE, FORM_URLENCODED, event_time_now,
+    new_event_id,
+};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::Error;
+use crate::metrics::GatewayMetrics;
+use routes::{RouteTable, normalise_host};
+use secrets::SecretStore;
+
+/// `event-namespace` of calls that come through an HTTPTrigger.
+pub const EVENT_NAMESPACE_HTTP: &str = "httptriggers.kubeless.io";
+/// How long open connections may finish their requests after shutdown starts.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Response body: the function's, streamed, or one the gateway wrote.
+pub type Body = Either<Incoming, Full<Bytes>>;
+
+static KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+static PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+
+/// The gateway: current routes, endpoint resolver, secrets, pooled backend client.
+pub struct Gateway {
+    routes: RwLock<Arc<RouteTable>>,
+    resolver: Arc<dyn Resolve>,
+    secrets: SecretStore,
+    client: Client<HttpConnector, Incoming>,
+    metrics: GatewayMetrics,
+}
+
+impl Gateway {
+    /// A gateway with no routes yet.
+    pub fn new(
+        resolver: Arc<dyn Resolve>,
+        secrets: SecretStore,
+        metrics: GatewayMetrics,
+    ) -> Arc<Self> {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_keepalive(Some(Duration::from_secs(60)));
+        let client = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Arc::new(Self {
+            routes: RwLock::new(Arc::new(RouteTable::default())),
+            resolver,
+            secrets,
+            client,
+            metrics,
+        })
+    }
+
+    /// Replaces the routing table.
+    pub fn set_routes(&self, table: RouteTable) {
+        let table = Arc::new(table);
+        match self.routes.write() {
+            Ok(mut r) => *r = table,
+            // Swapping an Arc cannot leave it half-written.
+            Err(e) => *e.into_inner() = table,
+        }
+    }
+
+    /// The current routing table.
+    pub fn routes(&self) -> Arc<RouteTable> {
+        match self.routes.read() {
+            Ok(r) => r.clone(),
+            Err(e) => e.into_inner().clone(),
+        }
+    }
+
+    /// Binds `addr` and serves until `shutdown` is cancelled, then drains open connections
+    /// (up to [`DRAIN_TIMEOUT`]). Returns the bound address and the server task.
+    pub async fn bind(
+        self: &Arc<Self>,
+        addr: SocketAddr,
+        shutdown: CancellationToken,
+    ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), Error> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| Error::Bind { addr, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| Error::Bind { addr, source })?;
+        let me = Arc::clone(self);
+        let task = tokio::spawn(async move { me.accept_loop(listener, shutdown).await });
+        tracing::info!(addr = %local, "gateway listening");
+        Ok((local, task))
+    }
+
+    async fn accept_loop(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
+        let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        builder.http2().timer(TokioTimer::new());
+        let builder = Arc::new(builder);
+        let tracker = TaskTracker::new();
+        loop {
+            let accepted = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                a = listener.accept() => a,
+            };
+            let (stream, remote) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Usually EMFILE: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let me = Arc::clone(&self);
+            let builder = Arc::clone(&builder);
+            let token = shutdown.clone();
+            tracker.spawn(async move {
+                let svc = hyper::service::service_fn(move |req| {
+                    let me = Arc::clone(&me);
+                    async move { Ok::<_, Infallible>(me.handle(req, remote).await) }
+                });
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                tokio::pin!(conn);
+                tokio::select! {
+                    r = conn.as_mut() => {
+                        if let Err(e) = r {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    }
+                    _ = token.cancelled() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+            });
+        }
+        tracker.close();
+        if tokio::time::timeout(DRAIN_TIMEOUT, tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still open after {DRAIN_TIMEOUT:?}; closing them");
+        }
+    }
+
+    /// Serves one request.
+    pub async fn handle(&self, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+        let started = Instant::now();
+        let (outcome, resp) = self.route(req, remote).await;
+        self.metrics.outcome(outcome);
+        self.metrics
+            .duration
+            .observe(started.elapsed().as_secs_f64());
+        resp
+    }
+
+    async fn route(
+        &self,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+    ) -> (&'static str, Response<Body>) {
+        let raw_host = request_host(&req);
+        let host = normalise_host(&raw_host);
+        let table = self.routes();
+        let Some((route, path)) = table.lookup(&host, req.uri().path()) else {
+            return (
+                "no_route",
+                plain(StatusCode::NOT_FOUND, "no HTTP trigger matches\n"),
+            );
+        };
+        let route = Arc::clone(route);
+        let path = path.to_string();
+
+        if route.cors && cors::is_preflight(req.method(), req.headers()) {
+            let mut resp = plain(StatusCode::NO_CONTENT, "");
+            *resp.headers_mut() = cors::preflight_headers(req.headers());
+            return ("preflight", resp);
+        }
+        let origin = route
+            .cors
+            .then(|| req.headers().get(http::header::ORIGIN).cloned())
+            .flatten();
+
+        if let Some(secret) = &route.basic_auth_secret {
+            match self.secrets.get(&route.namespace, secret).await {
+                Ok(Some(creds)) => {
+                    let ok = req
+                        .headers()
+                        .get(AUTHORIZATION)
+                        .is_some_and(|h| creds.verify_header(h.as_bytes()));
+                    if !ok {
+                        let mut resp = plain(StatusCode::UNAUTHORIZED, "unauthorized\n");
+                        resp.headers_mut().insert(
+                            WWW_AUTHENTICATE,
+                            HeaderValue::from_static("Basic realm=\"Authentication Required\""),
+                        );
+                        return ("unauthorized", with_cors(resp, origin.as_ref()));
+                    }
+                }
+                // Fail closed: a trigger that asks for auth is never served without it.
+                Ok(None) => {
+                    return (
+                        "auth_secret_missing",
+                        plain(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "basic auth secret missing or without credentials\n",
+                        ),
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, secret, namespace = route.namespace, "reading the basic auth secret failed");
+                    return (
+                        "auth_secret_error",
+                        plain(StatusCode::SERVICE_UNAVAILABLE, "basic auth unavailable\n"),
+                    );
+                }
+            }
+        }
+
+        let Some(target) = &route.target else {
+            return (
+                "no_function",
+                plain(StatusCode::SERVICE_UNAVAILABLE, "function not found\n"),
+            );
+        };
+        let endpoint = match self.resolver.resolve(target) {
+            Ok(e) => e,
+            Err(_) => {
+                return (
+                    "no_endpoint",
+                    with_cors(
+                        plain(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "no ready endpoint for the function\n",
+                        ),
+                        origin.as_ref(),
+                    ),
+                );
+            }
+        };
+
+        let (mut parts, body) = req.into_parts();
+        let uri = match backend_uri(endpoint.uri(), &path, parts.uri.query()) {
+            Some(u) => u,
+            None => {
+                return (
+                    "bad_uri",
+                    plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
+                );
+            }
+        };
+        prepare_headers(&mut parts.headers, &raw_host, remote);
+        parts.uri = uri;
+        // h2c clients are proxied over pooled HTTP/1.1 connections.
+        parts.version = Version::HTTP_11;
+        let call = self.client.request(Request::from_parts(parts, body));
+        match tokio::time::timeout(target.timeout, call).await {
+            Err(_) => (
+                "timeout",
+                with_cors(
+                    plain(StatusCode::GATEWAY_TIMEOUT, "function timed out\n"),
+                    origin.as_ref(),
+                ),
+            ),
+            Ok(Err(e)) => {
+                if e.is_connect() {
+                    self.resolver.report_failure(target, &endpoint);
+                }
+                tracing::debug!(error = %e, %endpoint, "function call failed");
+                (
+                    "bad_gateway",
+                    with_cors(
+                        plain(StatusCode::BAD_GATEWAY, "calling the function failed\n"),
+                        origin.as_ref(),
+                    ),
+                )
+            }
+            Ok(Ok(resp)) => {
+                let (mut parts, body) = resp.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                let outcome = match parts.status.as_u16() {
+                    200..=299 => "2xx",
+                    300..=399 => "3xx",
+                    400..=499 => "4xx",
+                    _ => "5xx",
+                };
+                let resp = Response::from_parts(parts, Either::Left(body));
+                (outcome, with_cors(resp, origin.as_ref()))
+            }
+        }
+    }
+}
+
+/// The request's host as sent: the URI authority (HTTP/2, absolute-form) or the Host header.
+fn request_host<B>(req: &Request<B>) -> String {
+    if let Some(a) = req.uri().authority() {
+        return a.as_str().to_string();
+    }
+    req.headers()
+        .get(HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `http://<endpoint authority><path>[?query]`.
+fn backend_uri(endpoint: &Uri, path: &str, query: Option<&str>) -> Option<Uri> {
+    let authority = endpoint.authority()?.clone();
+    let pq = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    Uri::builder()
+        .scheme("http")
+        .authority(authority)
+        .path_and_query(pq)
+        .build()
+        .ok()
+}
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    // Headers named by Connection are hop-by-hop too.
+    let named: Vec<HeaderName> = h
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    for n in [
+        &CONNECTION,
+        &KEEP_ALIVE,
+        &PROXY_CONNECTION,
+        &TE,
+        &TRAILER,
+        &TRANSFER_ENCODING,
+        &UPGRADE,
+    ] {
+        h.remove(n);
+    }
+}
+
+/// Request headers for the function: hop-by-hop removed, Host kept, X-Forwarded-*, and the
+/// Kubeless event headers when the client did not send them.
+fn prepare_headers(h: &mut HeaderMap, raw_host: &str, remote: SocketAddr) {
+    strip_hop_by_hop(h);
+    let host_value = (!raw_host.is_empty())
+        .then(|| HeaderValue::from_str(raw_host).ok())
+        .flatten();
+    if !h.contains_key(HOST)
+        && let Some(v) = &host_value
+    {
+        h.insert(HOST, v.clone());
+    }
+    let ip = remote.ip().to_string();
+    let xff = match h.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prev) => format!("{prev}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&xff) {
+        h.insert(X_FORWARDED_FOR.clone(), v);
+    }
+    if let Some(v) = host_value {
+        h.insert(X_FORWARDED_HOST.clone(), v);
+    }
+    h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
+
+    if !h.contains_key(EVENT_ID)
+        && let Ok(v) = HeaderValue::from_str(&new_event_id())
+    {
+        h.insert(EVENT_ID, v);
+    }
+    if !h.contains_key(EVENT_TIME)
+        && let Ok(v) = HeaderValue::from_str(&event_time_now())
+    {
+        h.insert(EVENT_TIME, v);
+    }
+    if !h.contains_key(EVENT_TYPE) {
+        let v = h
+            .get(CONTENT_TYPE)
+            .cloned()
+            .unwrap_or(HeaderValue::from_static(FORM_URLENCODED));
+        h.insert(EVENT_TYPE, v);
+    }
+    if !h.contains_key(EVENT_NAMESPACE) {
+        h.insert(
+            EVENT_NAMESPACE,
+            HeaderValue::from_static(EVENT_NAMESPACE_HTTP),
+        );
+    }
+}
+
+fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(
+        text.as_bytes(),
+    ))));
+    *resp.status_mut() = status;
+    if !text.is_empty() {
+        resp.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+    }
+    resp
+}
+
+fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response<Body> {
+    if let Some(o) = origin {
+        let mut req = HeaderMap::with_capacity(1);
+        req.insert(http::header::ORIGIN, o.clone());
+        cors::decorate_response(&req, resp.headers_mut());
+    }
+    resp
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_uri_keeps_query() {
+        let ep: Uri = "http://127.0.0.5:8080/".parse().unwrap();
+        assert_eq!(
+            backend_uri(&ep, "/a/b", Some("x=1&y=2"))
+                .unwrap()
+                .to_string(),
+            "http://127.0.0.5:8080/a/b?x=1&y=2"
+        );
+        assert_eq!(
+            backend_uri(&ep, "/", None).unwrap().to_string(),
+            "http://127.0.0.5:8080/"
+        );
+    }
+
+    #[test]
+    fn headers_are_prepared() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONNECTION,
+            HeaderValue::from_static("keep-alive, x-secret-hop"),
+        );
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert(&KEEP_ALIVE, HeaderValue::from_static("timeout=5"));
+        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        h.insert(EVENT_ID, HeaderValue::from_static("given-id"));
+        h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
+        prepare_headers(
+            &mut h,
+            "fn.example.com:8080",
+            "127.0.0.9:5555".parse().unwrap(),
+        );
+        assert!(!h.contains_key(CONNECTION));
+        assert!(!h.contains_key("x-secret-hop"));
+        assert!(!h.contains_key(&KEEP_ALIVE));
+        assert_eq!(h[HOST], "fn.example.com:8080");
+        assert_eq!(h[&X_FORWARDED_FOR], "10.0.0.1, 127.0.0.9");
+        assert_eq!(h[&X_FORWARDED_PROTO], "http");
+        // kept when given, added when absent
+        assert_eq!(h[EVENT_ID], "given-id");
+        assert_eq!(h[EVENT_TYPE], "application/json");
+        assert_eq!(h[EVENT_NAMESPACE], EVENT_NAMESPACE_HTTP);
+        assert!(h[EVENT_TIME].to_str().unwrap().ends_with('Z'));
+        // no content type: Kubeless's default event type
+        let mut h = HeaderMap::new();
+        prepare_headers(&mut h, "", "127.0.0.1:1".parse().unwrap());
+        assert_eq!(h[EVENT_TYPE], FORM_URLENCODED);
+        assert_eq!(h[EVENT_ID].len(), kubeless_invoke::event::EVENT_ID_LEN);
+        assert!(!h.contains_key(HOST));
+    }
+}

@@ -1,0 +1,283 @@
+//! The gateway's routing table: host + longest path prefix -> a function. Pure; rebuilt from the
+//! watched HTTPTriggers, Functions and Services whenever one of them changes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kubeless_api::{Function, HttpTrigger};
+use kubeless_invoke::FunctionTarget;
+
+use crate::ingress::{self, FunctionPort};
+
+/// One HTTPTrigger as the gateway serves it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Namespace of the trigger and its function.
+    pub namespace: String,
+    /// The trigger's name (for logs).
+    pub trigger: String,
+    /// Lower-case host; `None` matches every host.
+    pub host: Option<String>,
+    /// `/` or `/a/b` (no trailing slash).
+    pub prefix: String,
+    /// Answer CORS preflights and add Access-Control-* headers.
+    pub cors: bool,
+    /// Secret (same namespace) with the allowed credentials.
+    pub basic_auth_secret: Option<String>,
+    /// The function's Service, port and timeout; `None` when the Function does not exist.
+    pub target: Option<FunctionTarget>,
+}
+
+impl Route {
+    /// The route of a trigger, given its function (if it exists) and the function's Service.
+    pub fn from_trigger(
+        t: &HttpTrigger,
+        function: Option<&Function>,
+        service: Option<&Service>,
+    ) -> Self {
+        let namespace = t.namespace().unwrap_or_default();
+        let target = function.map(|f| {
+            let port = FunctionPort::resolve(service, Some(f));
+            let mut target = FunctionTarget::new(namespace.clone(), f.name_any())
+                .with_port(u16::try_from(port.port).unwrap_or(8080))
+                // An invalid timeout is the function-controller's to report; use the default.
+                .with_timeout(f.spec.timeout_duration().unwrap_or(Duration::from_secs(
+                    kubeless_api::parse::DEFAULT_TIMEOUT_SECS,
+                )));
+            if let Some(name) = port.name {
+                target = target.with_port_name(name);
+            }
+            target
+        });
+        Self {
+            namespace,
+            trigger: t.name_any(),
+            host: ingress::trigger_host(t),
+            prefix: ingress::trigger_path(t).trim_end_matches('/').to_string(),
+            cors: t.spec.cors_enable == Some(true),
+            basic_auth_secret: ingress::basic_auth_secret(t).map(str::to_string),
+            target,
+        }
+        .normalised()
+    }
+
+    fn normalised(mut self) -> Self {
+        if self.prefix.is_empty() {
+            self.prefix = "/".into();
+        }
+        self
+    }
+
+    /// The path to send to the function when `path` matches this route: the prefix is
+    /// stripped (like nginx's `rewrite-target: /`, but the rest of the path is kept).
+    pub fn rewrite<'p>(&self, path: &'p str) -> Option<&'p str> {
+        if self.prefix == "/" {
+            return Some(path);
+        }
+        let rest = path.strip_prefix(self.prefix.as_str())?;
+        if rest.is_empty() {
+            Some("/")
+        } else if rest.starts_with('/') {
+            Some(rest)
+        } else {
+            // `/foo` does not match `/foobar`: prefixes end at a path segment.
+            None
+        }
+    }
+}
+
+/// Routes by host; each list is sorted by prefix length, longest first.
+#[derive(Debug, Default, Clone)]
+pub struct RouteTable {
+    by_host: HashMap<String, Vec<Arc<Route>>>,
+    any_host: Vec<Arc<Route>>,
+}
+
+impl RouteTable {
+    /// A table from ready-made routes (tests, benches).
+    pub fn from_routes(routes: impl IntoIterator<Item = Route>) -> Self {
+        let mut table = Self::default();
+        for r in routes {
+            let r = Arc::new(r);
+            match &r.host {
+                Some(h) => table.by_host.entry(h.clone()).or_default().push(r),
+                None => table.any_host.push(r),
+            }
+        }
+        // Longest prefix first; ties broken by namespace and name so the winner is stable.
+        let order = |a: &Arc<Route>, b: &Arc<Route>| {
+            b.prefix
+                .len()
+                .cmp(&a.prefix.len())
+                .then_with(|| a.namespace.cmp(&b.namespace))
+                .then_with(|| a.trigger.cmp(&b.trigger))
+        };
+        for list in table.by_host.values_mut() {
+            list.sort_by(order);
+        }
+        table.any_host.sort_by(order);
+        table
+    }
+
+    /// The table for a set of triggers; `function` and `service` look up by (namespace, name).
+    pub fn build<'a>(
+        triggers: impl IntoIterator<Item = &'a HttpTrigger>,
+        function: impl Fn(&str, &str) -> Option<Arc<Function>>,
+        service: impl Fn(&str, &str) -> Option<Arc<Service>>,
+    ) -> Self {
+        Self::from_routes(triggers.into_iter().map(|t| {
+            let ns = t.namespace().unwrap_or_default();
+            let name = t.spec.function_name.trim();
+            let f = function(&ns, name);
+            let s = service(&ns, name);
+            Route::from_trigger(t, f.as_deref(), s.as_deref())
+        }))
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.any_host.len() + self.by_host.values().map(Vec::len).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The route for `host` (lower-case, no port) and `path`, and the path to forward.
+    /// Routes naming the host win over host-less ones, as in an Ingress.
+    pub fn lookup<'p>(&self, host: &str, path: &'p str) -> Option<(&Arc<Route>, &'p str)> {
+        if let Some(list) = self.by_host.get(host)
+            && let Some(hit) = list.iter().find_map(|r| r.rewrite(path).map(|p| (r, p)))
+        {
+            return Some(hit);
+        }
+        self.any_host
+            .iter()
+            .find_map(|r| r.rewrite(path).map(|p| (r, p)))
+    }
+}
+
+/// The host of a request for routing: lower-case, without port.
+pub fn normalise_host(raw: &str) -> String {
+    let raw = raw.trim();
+    // IPv6 literal: keep the brackets, drop the port.
+    let host = if raw.starts_with('[') {
+        raw.split_once(']')
+            .map(|(h, _)| format!("{h}]"))
+            .unwrap_or_else(|| raw.to_string())
+    } else {
+        raw.split(':').next().unwrap_or("").to_string()
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use kubeless_api::HttpTriggerSpec;
+
+    fn route(host: Option<&str>, prefix: &str, name: &str) -> Route {
+        Route {
+            namespace: "default".into(),
+            trigger: name.into(),
+            host: host.map(str::to_string),
+            prefix: prefix.into(),
+            cors: false,
+            basic_auth_secret: None,
+            target: None,
+        }
+    }
+
+    fn hit(t: &RouteTable, host: &str, path: &str) -> Option<(String, String)> {
+        t.lookup(host, path)
+            .map(|(r, p)| (r.trigger.clone(), p.to_string()))
+    }
+
+    #[test]
+    fn longest_prefix_wins_and_prefix_is_stripped() {
+        let t = RouteTable::from_routes([
+            route(None, "/", "root"),
+            route(None, "/api", "api"),
+            route(None, "/api/v2", "v2"),
+        ]);
+        assert_eq!(hit(&t, "x", "/"), Some(("root".into(), "/".into())));
+        assert_eq!(hit(&t, "x", "/api"), Some(("api".into(), "/".into())));
+        assert_eq!(hit(&t, "x", "/api/"), Some(("api".into(), "/".into())));
+        assert_eq!(
+            hit(&t, "x", "/api/v1/users"),
+            Some(("api".into(), "/v1/users".into()))
+        );
+        assert_eq!(hit(&t, "x", "/api/v2/u"), Some(("v2".into(), "/u".into())));
+        // segment boundary: /apix is not under /api
+        assert_eq!(hit(&t, "x", "/apix"), Some(("root".into(), "/apix".into())));
+    }
+
+    #[test]
+    fn host_routes_win_and_unknown_paths_miss() {
+        let t = RouteTable::from_routes([
+            route(Some("a.example.com"), "/x", "a-x"),
+            route(None, "/x", "any-x"),
+            route(None, "/y", "any-y"),
+        ]);
+        assert_eq!(hit(&t, "a.example.com", "/x").unwrap().0, "a-x");
+        assert_eq!(hit(&t, "b.example.com", "/x").unwrap().0, "any-x");
+        // host has no /y route: the host-less one serves it
+        assert_eq!(hit(&t, "a.example.com", "/y").unwrap().0, "any-y");
+        assert_eq!(hit(&t, "a.example.com", "/z"), None);
+        assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn ties_are_stable() {
+        let t = RouteTable::from_routes([route(None, "/p", "b"), route(None, "/p", "a")]);
+        assert_eq!(hit(&t, "h", "/p").unwrap().0, "a");
+    }
+
+    #[test]
+    fn hosts_are_normalised() {
+        assert_eq!(normalise_host("Example.COM:8080"), "example.com");
+        assert_eq!(normalise_host("example.com."), "example.com");
+        assert_eq!(normalise_host("[::1]:80"), "[::1]");
+        assert_eq!(normalise_host("127.0.0.1"), "127.0.0.1");
+    }
+
+    #[test]
+    fn route_from_trigger_uses_function_timeout_and_service_port() {
+        let mut t = HttpTrigger::new(
+            "trig",
+            HttpTriggerSpec {
+                function_name: "hello".into(),
+                host_name: Some("Hello.Example.com".into()),
+                path: Some("/greet/".into()),
+                cors_enable: Some(true),
+                basic_auth_secret: Some("creds".into()),
+                ..HttpTriggerSpec::default()
+            },
+        );
+        t.metadata.namespace = Some("ns".into());
+        let mut f = Function::new("hello", Default::default());
+        f.spec.timeout = Some("7".into());
+        let r = Route::from_trigger(&t, Some(&f), None);
+        assert_eq!(r.host.as_deref(), Some("hello.example.com"));
+        assert_eq!(r.prefix, "/greet");
+        assert!(r.cors);
+        assert_eq!(r.basic_auth_secret.as_deref(), Some("creds"));
+        let target = r.target.unwrap();
+        assert_eq!(target.timeout, Duration::from_secs(7));
+        assert_eq!(target.port, 8080);
+        assert_eq!(target.port_name.as_deref(), Some("http-function-port"));
+        assert_eq!(
+            (target.namespace.as_str(), target.name.as_str()),
+            ("ns", "hello")
+        );
+        // no function: a route that answers 503
+        assert!(Route::from_trigger(&t, None, None).target.is_none());
+        // no path: the root
+        t.spec.path = None;
+        assert_eq!(Route::from_trigger(&t, None, None).prefix, "/");
+    }
+}
