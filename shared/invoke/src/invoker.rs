@@ -1,15 +1,27 @@
-//! The invoker: one HTTP client, a resolver, and the call/retry logic.
+//! The invoker: one pooled HTTP/1.1 client, a resolver, and the call/retry logic.
+//!
+//! The client is hyper-util's pooled client rather than reqwest: reqwest adds a redirect and a
+//! retry layer that re-parse the URL on every request, which cost about a third on top of a bare
+//! hyper call in `benches/overhead.rs`; function calls need none of it (plain in-cluster http,
+//! no redirects, no proxies, our own retries).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::header::{HeaderValue, USER_AGENT};
 use http::{HeaderMap, Method, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::event::{self, Event, HeaderError};
 use crate::resolve::{Endpoint, Resolve, ResolveError};
 use crate::retry::{Class, RetryPolicy, classify_status};
 use crate::target::FunctionTarget;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Why an attempt did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -22,13 +34,13 @@ pub enum InvokeError {
     Connect {
         endpoint: String,
         #[source]
-        source: reqwest::Error,
+        source: BoxError,
     },
     #[error("request to {endpoint} failed")]
     Transport {
         endpoint: String,
         #[source]
-        source: reqwest::Error,
+        source: BoxError,
     },
     #[error("finding the function's endpoint failed")]
     Resolve(#[source] ResolveError),
@@ -121,7 +133,7 @@ impl Default for ClientOptions {
 /// Sends events to functions. Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Invoker {
-    client: reqwest::Client,
+    client: Client<HttpConnector, Full<Bytes>>,
     resolver: Arc<dyn Resolve>,
 }
 
@@ -131,42 +143,34 @@ impl std::fmt::Debug for Invoker {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-#[error("building the HTTP client failed")]
-pub struct BuildError(#[source] reqwest::Error);
-
 /// An event ready to send: headers computed once, reused by every attempt.
 struct Prepared {
     event_id: String,
     method: Method,
     headers: HeaderMap,
-    body: Option<Bytes>,
+    body: Bytes,
 }
+
+const USER_AGENT_VALUE: HeaderValue =
+    HeaderValue::from_static(concat!("kubeless-invoke/", env!("CARGO_PKG_VERSION")));
 
 impl Invoker {
     /// An invoker with default client options.
-    pub fn new(resolver: Arc<dyn Resolve>) -> Result<Self, BuildError> {
+    pub fn new(resolver: Arc<dyn Resolve>) -> Self {
         Self::with_options(resolver, &ClientOptions::default())
     }
 
-    pub fn with_options(
-        resolver: Arc<dyn Resolve>,
-        opts: &ClientOptions,
-    ) -> Result<Self, BuildError> {
-        let client = reqwest::Client::builder()
-            .pool_max_idle_per_host(opts.pool_max_idle_per_host)
+    pub fn with_options(resolver: Arc<dyn Resolve>, opts: &ClientOptions) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_keepalive(Some(opts.tcp_keepalive));
+        connector.set_connect_timeout(Some(opts.connect_timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
             .pool_idle_timeout(opts.pool_idle_timeout)
-            .connect_timeout(opts.connect_timeout)
-            .tcp_keepalive(opts.tcp_keepalive)
-            .tcp_nodelay(true)
-            // Function calls stay inside the cluster: environment proxies must not capture them,
-            // and a redirect from a function is an answer, not something to follow.
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("kubeless-invoke/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(BuildError)?;
-        Ok(Self { client, resolver })
+            .pool_max_idle_per_host(opts.pool_max_idle_per_host)
+            .build(connector);
+        Self { client, resolver }
     }
 
     pub fn resolver(&self) -> &Arc<dyn Resolve> {
@@ -190,7 +194,7 @@ impl Invoker {
     ) -> Outcome {
         let started = Instant::now();
         let event_id = event.event_id.clone().unwrap_or_else(event::new_event_id);
-        let prepared = match prepare(event, event_id) {
+        let mut prepared = match prepare(event, event_id) {
             Ok(p) => p,
             Err((event_id, err)) => {
                 return Outcome {
@@ -208,7 +212,13 @@ impl Invoker {
         let max = policy.attempts();
         let mut attempt = 1;
         loop {
-            let mut outcome = self.attempt(target, &prepared, event).await;
+            // The last attempt takes the headers instead of copying them.
+            let headers = if attempt < max {
+                prepared.headers.clone()
+            } else {
+                std::mem::take(&mut prepared.headers)
+            };
+            let mut outcome = self.attempt(target, &prepared, headers, event).await;
             outcome.attempts = attempt;
             let class = outcome.class();
             if class != Class::Retryable || attempt >= max {
@@ -233,6 +243,7 @@ impl Invoker {
         &self,
         target: &FunctionTarget,
         prepared: &Prepared,
+        mut headers: HeaderMap,
         event: &Event,
     ) -> Outcome {
         let start = Instant::now();
@@ -253,22 +264,32 @@ impl Invoker {
                 return outcome;
             }
         };
-        let mut request = reqwest::Request::new(prepared.method.clone(), endpoint.url().clone());
-        let mut headers = prepared.headers.clone();
         event::inject_traceparent(&mut headers, event.parent.as_ref());
+        let mut request = http::Request::new(Full::new(prepared.body.clone()));
+        *request.method_mut() = prepared.method.clone();
+        *request.uri_mut() = endpoint.uri().clone();
         *request.headers_mut() = headers;
-        if let Some(body) = &prepared.body {
-            *request.body_mut() = Some(body.clone().into());
-        }
-        *request.timeout_mut() = Some(target.timeout);
 
-        let result = async {
-            let response = self.client.execute(request).await?;
-            let status = response.status();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, body))
-        }
-        .await;
+        let call = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    Failure::Connect(e.into())
+                } else {
+                    Failure::Transport(e.into())
+                }
+            })?;
+            let (parts, body) = response.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| Failure::Transport(e.into()))?
+                .to_bytes();
+            Ok::<_, Failure>((parts.status, body))
+        };
+        let result = match tokio::time::timeout(target.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure::Timeout),
+        };
         outcome.latency = start.elapsed();
         match result {
             Ok((status, body)) => {
@@ -278,24 +299,24 @@ impl Invoker {
                     outcome.error = Some(InvokeError::Status { status });
                 }
             }
-            Err(err) => {
+            Err(failure) => {
                 let endpoint_s = endpoint.to_string();
-                outcome.error = Some(if err.is_timeout() {
-                    InvokeError::Timeout {
+                outcome.error = Some(match failure {
+                    Failure::Timeout => InvokeError::Timeout {
                         endpoint: endpoint_s,
                         timeout: target.timeout,
+                    },
+                    Failure::Connect(source) => {
+                        self.resolver.report_failure(target, &endpoint);
+                        InvokeError::Connect {
+                            endpoint: endpoint_s,
+                            source,
+                        }
                     }
-                } else if err.is_connect() {
-                    self.resolver.report_failure(target, &endpoint);
-                    InvokeError::Connect {
+                    Failure::Transport(source) => InvokeError::Transport {
                         endpoint: endpoint_s,
-                        source: err,
-                    }
-                } else {
-                    InvokeError::Transport {
-                        endpoint: endpoint_s,
-                        source: err,
-                    }
+                        source,
+                    },
                 });
             }
         }
@@ -304,19 +325,29 @@ impl Invoker {
     }
 }
 
+enum Failure {
+    Timeout,
+    Connect(BoxError),
+    Transport(BoxError),
+}
+
 fn prepare(event: &Event, event_id: String) -> Result<Prepared, (String, HeaderError)> {
     let time = event::event_time_now();
     match event::event_headers(event, &event_id, &time) {
-        Ok(headers) => Ok(Prepared {
-            event_id,
-            method: if event.body.is_some() {
+        Ok(mut headers) => {
+            headers.insert(USER_AGENT, USER_AGENT_VALUE);
+            let method = if event.body.is_some() {
                 Method::POST
             } else {
                 Method::GET
-            },
-            headers,
-            body: event.body.clone(),
-        }),
+            };
+            Ok(Prepared {
+                event_id,
+                method,
+                headers,
+                body: event.body.clone().unwrap_or_default(),
+            })
+        }
         Err(e) => Err((event_id, e)),
     }
 }

@@ -6,7 +6,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::sync::Arc;
 //! use kubeless_invoke::{ClusterDnsResolver, Event, FunctionTarget, Invoker, RetryPolicy};
-//! let invoker = Invoker::new(Arc::new(ClusterDnsResolver::default()))?;
+//! let invoker = Invoker::new(Arc::new(ClusterDnsResolver::default()));
 //! let target = FunctionTarget::new("default", "hello").with_timeout(kubeless_invoke::parse_timeout("30")?);
 //! let event = Event::new("kafkatriggers.kubeless.io").with_body(r#"{"a":1}"#);
 //! let outcome = invoker.invoke_with_retry(&target, &event, &RetryPolicy::default()).await;
@@ -21,7 +21,7 @@ pub mod retry;
 pub mod target;
 
 pub use event::Event;
-pub use invoker::{BuildError, ClientOptions, InvokeError, Invoker, Outcome};
+pub use invoker::{ClientOptions, InvokeError, Invoker, Outcome};
 pub use resolve::{
     ClusterDnsResolver, Endpoint, EndpointAddr, EndpointSliceResolver, Resolve, ResolveError,
     StaticResolver, ready_endpoints,

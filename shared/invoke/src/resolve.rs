@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use http::Uri;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use reqwest::Url;
 
 use crate::target::FunctionTarget;
 
@@ -22,31 +22,35 @@ pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// A base URL to send events to (`http://host:port/`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Endpoint {
-    url: Url,
+    // `Uri` clones share its storage, so handing one to every request costs no copy.
+    uri: Uri,
 }
 
 impl Endpoint {
-    pub fn new(url: Url) -> Self {
-        Self { url }
-    }
-
+    /// Parses an absolute `http://` URL.
     pub fn parse(s: &str) -> Result<Self, ResolveError> {
-        Url::parse(s)
-            .map(Self::new)
-            .map_err(|source| ResolveError::InvalidUrl {
-                url: s.to_string(),
-                source,
-            })
+        let invalid = |reason: &'static str| ResolveError::InvalidUrl {
+            url: s.to_string(),
+            reason,
+        };
+        let uri: Uri = s.parse().map_err(|_| invalid("not a URL"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(invalid("only http:// is supported"));
+        }
+        if uri.authority().is_none() {
+            return Err(invalid("no host"));
+        }
+        Ok(Self { uri })
     }
 
-    pub fn url(&self) -> &Url {
-        &self.url
+    pub fn uri(&self) -> &Uri {
+        &self.uri
     }
 }
 
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.url.as_str())
+        fmt::Display::fmt(&self.uri, f)
     }
 }
 
@@ -54,12 +58,8 @@ impl fmt::Display for Endpoint {
 pub enum ResolveError {
     #[error("no ready endpoint for function {namespace}/{name}")]
     NoEndpoints { namespace: String, name: String },
-    #[error("invalid endpoint URL {url:?}")]
-    InvalidUrl {
-        url: String,
-        #[source]
-        source: url::ParseError,
-    },
+    #[error("invalid endpoint URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: &'static str },
 }
 
 impl ResolveError {
@@ -67,12 +67,6 @@ impl ResolveError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::NoEndpoints { .. })
     }
-}
-
-// reqwest does not re-export url's error under a stable path of its own.
-mod url {
-    pub use ::reqwest::Url;
-    pub type ParseError = <Url as std::str::FromStr>::Err;
 }
 
 /// Endpoint resolution strategy.
@@ -113,11 +107,51 @@ impl Resolve for ClusterDnsResolver {
     }
 }
 
+/// Map keyed by (namespace, name) whose lookups borrow `&str` (no key allocation per call).
+#[derive(Debug)]
+struct NsMap<V>(HashMap<String, HashMap<String, V>>);
+
+impl<V> Default for NsMap<V> {
+    fn default() -> Self {
+        Self(HashMap::new())
+    }
+}
+
+impl<V> NsMap<V> {
+    fn get(&self, ns: &str, name: &str) -> Option<&V> {
+        self.0.get(ns)?.get(name)
+    }
+    fn get_mut(&mut self, ns: &str, name: &str) -> Option<&mut V> {
+        self.0.get_mut(ns)?.get_mut(name)
+    }
+    fn insert(&mut self, ns: String, name: String, v: V) {
+        self.0.entry(ns).or_default().insert(name, v);
+    }
+    fn entry_or_default(&mut self, ns: &str, name: &str) -> &mut V
+    where
+        V: Default,
+    {
+        self.0
+            .entry(ns.to_string())
+            .or_default()
+            .entry(name.to_string())
+            .or_default()
+    }
+    fn remove(&mut self, ns: &str, name: &str) -> Option<V> {
+        let inner = self.0.get_mut(ns)?;
+        let v = inner.remove(name);
+        if inner.is_empty() {
+            self.0.remove(ns);
+        }
+        v
+    }
+}
+
 /// Fixed endpoints: one for every target, or per (namespace, name), balanced round robin.
 #[derive(Debug, Default)]
 pub struct StaticResolver {
     fallback: Vec<Endpoint>,
-    by_function: HashMap<(String, String), Vec<Endpoint>>,
+    by_function: NsMap<Vec<Endpoint>>,
     next: AtomicUsize,
 }
 
@@ -133,7 +167,7 @@ impl StaticResolver {
     /// Adds endpoints for one function.
     pub fn with_function(mut self, namespace: &str, name: &str, endpoints: Vec<Endpoint>) -> Self {
         self.by_function
-            .insert((namespace.to_string(), name.to_string()), endpoints);
+            .insert(namespace.to_string(), name.to_string(), endpoints);
         self
     }
 }
@@ -142,7 +176,7 @@ impl Resolve for StaticResolver {
     fn resolve(&self, t: &FunctionTarget) -> Result<Endpoint, ResolveError> {
         let list = self
             .by_function
-            .get(&(t.namespace.clone(), t.name.clone()))
+            .get(&t.namespace, &t.name)
             .unwrap_or(&self.fallback);
         if list.is_empty() {
             return Err(ResolveError::NoEndpoints {
@@ -233,6 +267,7 @@ fn slice_port(slice: &EndpointSlice, port: u16, port_name: Option<&str>) -> Opti
 pub const DEFAULT_FAILURE_COOLDOWN: Duration = Duration::from_secs(5);
 
 type ServiceKey = (String, String);
+type Services = NsMap<ServiceEntry>;
 type PortKey = (u16, Option<String>);
 
 #[derive(Default)]
@@ -248,7 +283,7 @@ struct ServiceEntry {
 /// [`delete`](Self::delete) / [`replace_all`](Self::replace_all), or let
 /// [`spawn_watch`](Self::spawn_watch) do that from the API server.
 pub struct EndpointSliceResolver {
-    services: Mutex<HashMap<ServiceKey, ServiceEntry>>,
+    services: Mutex<Services>,
     cooldown: Duration,
     synced: tokio::sync::watch::Sender<bool>,
 }
@@ -283,13 +318,13 @@ impl EndpointSliceResolver {
     /// `cooldown`: how long an endpoint that failed to connect is skipped.
     pub fn new(cooldown: Duration) -> Self {
         Self {
-            services: Mutex::new(HashMap::new()),
+            services: Mutex::new(Services::default()),
             cooldown,
             synced: tokio::sync::watch::Sender::new(false),
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ServiceKey, ServiceEntry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Services> {
         // The map stays consistent even if a holder panicked: every update is a single insert/remove.
         self.services.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -300,7 +335,7 @@ impl EndpointSliceResolver {
             return;
         };
         let mut map = self.lock();
-        let entry = map.entry(key).or_default();
+        let entry = map.entry_or_default(&key.0, &key.1);
         entry.slices.insert(name, slice);
         entry.computed.clear();
     }
@@ -311,29 +346,34 @@ impl EndpointSliceResolver {
             return;
         };
         let mut map = self.lock();
-        if let Some(entry) = map.get_mut(&key) {
+        if let Some(entry) = map.get_mut(&key.0, &key.1) {
             entry.slices.remove(&name);
             entry.computed.clear();
             if entry.slices.is_empty() {
-                map.remove(&key);
+                map.remove(&key.0, &key.1);
             }
         }
     }
 
     /// Replaces every slice (after a watch (re)list).
     pub fn replace_all(&self, slices: Vec<EndpointSlice>) {
-        let mut fresh: HashMap<ServiceKey, ServiceEntry> = HashMap::new();
+        let mut fresh = Services::default();
         for slice in slices {
             if let Some((key, name)) = service_key(&slice) {
-                fresh.entry(key).or_default().slices.insert(name, slice);
+                fresh
+                    .entry_or_default(&key.0, &key.1)
+                    .slices
+                    .insert(name, slice);
             }
         }
         let mut map = self.lock();
         // Keep round-robin positions and failure marks of services that still exist.
-        for (key, entry) in fresh.iter_mut() {
-            if let Some(old) = map.get_mut(key) {
-                entry.next = old.next;
-                entry.failed_until = std::mem::take(&mut old.failed_until);
+        for (ns, services) in fresh.0.iter_mut() {
+            for (name, entry) in services.iter_mut() {
+                if let Some(old) = map.get_mut(ns, name) {
+                    entry.next = old.next;
+                    entry.failed_until = std::mem::take(&mut old.failed_until);
+                }
             }
         }
         *map = fresh;
@@ -357,7 +397,7 @@ impl EndpointSliceResolver {
     /// The ready endpoints currently known for `target` (sorted).
     pub fn endpoints(&self, target: &FunctionTarget) -> Vec<Endpoint> {
         let mut map = self.lock();
-        match map.get_mut(&(target.namespace.clone(), target.name.clone())) {
+        match map.get_mut(&target.namespace, &target.name) {
             Some(entry) => computed(entry, target).to_vec(),
             None => Vec::new(),
         }
@@ -422,7 +462,7 @@ impl Resolve for EndpointSliceResolver {
         };
         let mut map = self.lock();
         let entry = map
-            .get_mut(&(target.namespace.clone(), target.name.clone()))
+            .get_mut(&target.namespace, &target.name)
             .ok_or_else(no_endpoints)?;
         let start = entry.next;
         let now = Instant::now();
@@ -448,7 +488,7 @@ impl Resolve for EndpointSliceResolver {
 
     fn report_failure(&self, target: &FunctionTarget, endpoint: &Endpoint) {
         let mut map = self.lock();
-        if let Some(entry) = map.get_mut(&(target.namespace.clone(), target.name.clone())) {
+        if let Some(entry) = map.get_mut(&target.namespace, &target.name) {
             entry
                 .failed_until
                 .insert(endpoint.clone(), Instant::now() + self.cooldown);
@@ -589,6 +629,14 @@ mod tests {
             addrs(&ready_endpoints([&s], 8080, None)),
             vec!["10.0.0.1:8080"]
         );
+    }
+
+    #[test]
+    fn endpoint_urls_are_validated() {
+        assert!(Endpoint::parse("http://10.0.0.1:8080/").is_ok());
+        assert!(Endpoint::parse("https://10.0.0.1:8080/").is_err());
+        assert!(Endpoint::parse("/just/a/path").is_err());
+        assert!(Endpoint::parse("not a url").is_err());
     }
 
     #[test]

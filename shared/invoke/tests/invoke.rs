@@ -8,17 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderName, HeaderValue, StatusCode};
-use k8s_openapi::api::discovery::v1::{Endpoint as SliceEndpoint, EndpointConditions, EndpointPort, EndpointSlice};
+use k8s_openapi::api::discovery::v1::{
+    Endpoint as SliceEndpoint, EndpointConditions, EndpointPort, EndpointSlice,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeless_invoke::resolve::SERVICE_NAME_LABEL;
 use kubeless_invoke::{
-    Class, Endpoint, EndpointSliceResolver, Event, FunctionTarget, InvokeError, Invoker, Jitter, RetryPolicy,
-    StaticResolver,
+    Class, Endpoint, EndpointSliceResolver, Event, FunctionTarget, InvokeError, Invoker, Jitter,
+    RetryPolicy, StaticResolver,
 };
 use support::{TestServer, dead_addr};
 
 fn invoker_for(server: &TestServer) -> Invoker {
-    Invoker::new(Arc::new(StaticResolver::single(Endpoint::parse(&server.url()).unwrap()))).unwrap()
+    Invoker::new(Arc::new(StaticResolver::single(
+        Endpoint::parse(&server.url()).unwrap(),
+    )))
 }
 
 fn fast_retries(max_attempts: u32) -> RetryPolicy {
@@ -42,7 +46,10 @@ async fn post_carries_kubeless_headers_and_body() {
     let event = Event::new("kafkatriggers.kubeless.io")
         .with_body(r#"{"order": 7}"#)
         .with_content_type("text/plain")
-        .with_header(HeaderName::from_static("event-topic"), HeaderValue::from_static("orders"));
+        .with_header(
+            HeaderName::from_static("event-topic"),
+            HeaderValue::from_static("orders"),
+        );
     let out = invoker.invoke(&target(), &event).await;
     assert!(out.is_success(), "{:?}", out.error);
     assert_eq!(out.status, Some(StatusCode::OK));
@@ -66,23 +73,39 @@ async fn post_carries_kubeless_headers_and_body() {
     assert_eq!(h["event-topic"], "orders");
     let tp = h["traceparent"].to_str().unwrap();
     let parts: Vec<&str> = tp.split('-').collect();
-    assert_eq!((parts.len(), parts[0], parts[1].len(), parts[2].len()), (4, "00", 32, 16), "{tp}");
+    assert_eq!(
+        (parts.len(), parts[0], parts[1].len(), parts[2].len()),
+        (4, "00", 32, 16),
+        "{tp}"
+    );
 }
 
 #[tokio::test]
 async fn arrays_are_json_and_text_keeps_its_type() {
     let server = TestServer::ok().await;
     let invoker = invoker_for(&server);
-    invoker.invoke(&target(), &Event::new("x").with_body("[1,2,3]")).await;
     invoker
-        .invoke(&target(), &Event::new("x").with_body("hello").with_content_type("text/plain"))
+        .invoke(&target(), &Event::new("x").with_body("[1,2,3]"))
         .await;
-    invoker.invoke(&target(), &Event::new("x").with_body("42")).await;
+    invoker
+        .invoke(
+            &target(),
+            &Event::new("x")
+                .with_body("hello")
+                .with_content_type("text/plain"),
+        )
+        .await;
+    invoker
+        .invoke(&target(), &Event::new("x").with_body("42"))
+        .await;
     let seen = server.seen();
     assert_eq!(seen[0].headers["content-type"], "application/json");
     assert_eq!(seen[1].headers["content-type"], "text/plain");
     assert_eq!(seen[1].headers["event-type"], "text/plain");
-    assert_eq!(seen[2].headers["content-type"], "application/x-www-form-urlencoded");
+    assert_eq!(
+        seen[2].headers["content-type"],
+        "application/x-www-form-urlencoded"
+    );
     // each event has its own id
     assert_ne!(seen[0].headers["event-id"], seen[1].headers["event-id"]);
 }
@@ -91,13 +114,18 @@ async fn arrays_are_json_and_text_keeps_its_type() {
 async fn no_body_is_a_get() {
     let server = TestServer::ok().await;
     let invoker = invoker_for(&server);
-    let out = invoker.invoke(&target(), &Event::new("cronjobtrigger.kubeless.io")).await;
+    let out = invoker
+        .invoke(&target(), &Event::new("cronjobtrigger.kubeless.io"))
+        .await;
     assert!(out.is_success());
     let seen = server.seen();
     assert_eq!(seen[0].method, "GET");
     assert!(seen[0].body.is_empty());
     assert!(!seen[0].headers.contains_key("content-type"));
-    assert_eq!(seen[0].headers["event-namespace"], "cronjobtrigger.kubeless.io");
+    assert_eq!(
+        seen[0].headers["event-namespace"],
+        "cronjobtrigger.kubeless.io"
+    );
 }
 
 #[tokio::test]
@@ -106,9 +134,17 @@ async fn slow_function_times_out_as_retryable() {
     let invoker = invoker_for(&server);
     let t = target().with_timeout(Duration::from_millis(200));
     let out = invoker.invoke(&t, &Event::new("x").with_body("{}")).await;
-    assert!(matches!(out.error, Some(InvokeError::Timeout { .. })), "{:?}", out.error);
+    assert!(
+        matches!(out.error, Some(InvokeError::Timeout { .. })),
+        "{:?}",
+        out.error
+    );
     assert_eq!(out.class(), Class::Retryable);
-    assert!(out.latency >= Duration::from_millis(200) && out.latency < Duration::from_secs(2), "{:?}", out.latency);
+    assert!(
+        out.latency >= Duration::from_millis(200) && out.latency < Duration::from_secs(2),
+        "{:?}",
+        out.latency
+    );
 }
 
 #[tokio::test]
@@ -125,29 +161,49 @@ async fn retries_until_success_with_the_same_event_id() {
     .await;
     let invoker = invoker_for(&server);
     let out = invoker
-        .invoke_with_retry(&target(), &Event::new("x").with_body("{}"), &fast_retries(5))
+        .invoke_with_retry(
+            &target(),
+            &Event::new("x").with_body("{}"),
+            &fast_retries(5),
+        )
         .await;
     assert!(out.is_success(), "{:?}", out.error);
     assert_eq!(out.attempts, 4);
     assert_eq!(out.body, "answer 3");
     let seen = server.seen();
     assert_eq!(seen.len(), 4);
-    assert!(seen.iter().all(|s| s.headers["event-id"] == out.event_id.as_str()));
-    assert!(seen.iter().all(|s| s.headers["event-time"] == seen[0].headers["event-time"]));
+    assert!(
+        seen.iter()
+            .all(|s| s.headers["event-id"] == out.event_id.as_str())
+    );
+    assert!(
+        seen.iter()
+            .all(|s| s.headers["event-time"] == seen[0].headers["event-time"])
+    );
 }
 
 #[tokio::test]
 async fn retries_stop_at_max_attempts() {
-    let server = TestServer::start(Arc::new(|_| (StatusCode::INTERNAL_SERVER_ERROR, Duration::ZERO))).await;
+    let server = TestServer::start(Arc::new(|_| {
+        (StatusCode::INTERNAL_SERVER_ERROR, Duration::ZERO)
+    }))
+    .await;
     let invoker = invoker_for(&server);
     let out = invoker
-        .invoke_with_retry(&target(), &Event::new("x").with_body("{}"), &fast_retries(3))
+        .invoke_with_retry(
+            &target(),
+            &Event::new("x").with_body("{}"),
+            &fast_retries(3),
+        )
         .await;
     assert_eq!(out.attempts, 3);
     assert_eq!(server.calls(), 3);
     assert_eq!(out.status, Some(StatusCode::INTERNAL_SERVER_ERROR));
     assert_eq!(out.class(), Class::Retryable);
-    assert_eq!(out.error.as_ref().map(|e| e.metric_label()), Some("status_5xx"));
+    assert_eq!(
+        out.error.as_ref().map(|e| e.metric_label()),
+        Some("status_5xx")
+    );
 }
 
 #[tokio::test]
@@ -155,7 +211,11 @@ async fn bad_request_is_not_retried() {
     let server = TestServer::start(Arc::new(|_| (StatusCode::BAD_REQUEST, Duration::ZERO))).await;
     let invoker = invoker_for(&server);
     let out = invoker
-        .invoke_with_retry(&target(), &Event::new("x").with_body("{}"), &fast_retries(5))
+        .invoke_with_retry(
+            &target(),
+            &Event::new("x").with_body("{}"),
+            &fast_retries(5),
+        )
         .await;
     assert_eq!(out.attempts, 1);
     assert_eq!(server.calls(), 1);
@@ -166,12 +226,21 @@ async fn bad_request_is_not_retried() {
 #[tokio::test]
 async fn refused_connection_is_retryable() {
     let dead = dead_addr().await;
-    let invoker =
-        Invoker::new(Arc::new(StaticResolver::single(Endpoint::parse(&format!("http://{dead}/")).unwrap()))).unwrap();
+    let invoker = Invoker::new(Arc::new(StaticResolver::single(
+        Endpoint::parse(&format!("http://{dead}/")).unwrap(),
+    )));
     let out = invoker
-        .invoke_with_retry(&target(), &Event::new("x").with_body("{}"), &fast_retries(2))
+        .invoke_with_retry(
+            &target(),
+            &Event::new("x").with_body("{}"),
+            &fast_retries(2),
+        )
         .await;
-    assert!(matches!(out.error, Some(InvokeError::Connect { .. })), "{:?}", out.error);
+    assert!(
+        matches!(out.error, Some(InvokeError::Connect { .. })),
+        "{:?}",
+        out.error
+    );
     assert_eq!(out.attempts, 2);
     assert_eq!(out.status, None);
 }
@@ -206,17 +275,29 @@ fn slice(name: &str, port: u16, hosts: &[(&str, Option<bool>)]) -> EndpointSlice
 
 #[tokio::test]
 async fn endpoint_slices_are_balanced_and_dead_endpoints_skipped() {
-    let servers = [TestServer::ok().await, TestServer::ok().await, TestServer::ok().await];
+    let servers = [
+        TestServer::ok().await,
+        TestServer::ok().await,
+        TestServer::ok().await,
+    ];
     let dead = dead_addr().await;
     // An unready endpoint pointing at a live server must never be called.
     let unready = TestServer::ok().await;
     let resolver = Arc::new(EndpointSliceResolver::new(Duration::from_secs(30)));
     for (i, s) in servers.iter().enumerate() {
-        resolver.apply(slice(&format!("hello-{i}"), s.addr.port(), &[("127.0.0.1", Some(true))]));
+        resolver.apply(slice(
+            &format!("hello-{i}"),
+            s.addr.port(),
+            &[("127.0.0.1", Some(true))],
+        ));
     }
     resolver.apply(slice("hello-dead", dead.port(), &[("127.0.0.1", None)]));
-    resolver.apply(slice("hello-unready", unready.addr.port(), &[("127.0.0.1", Some(false))]));
-    let invoker = Invoker::new(resolver.clone()).unwrap();
+    resolver.apply(slice(
+        "hello-unready",
+        unready.addr.port(),
+        &[("127.0.0.1", Some(false))],
+    ));
+    let invoker = Invoker::new(resolver.clone());
     let t = target().with_port_name("http-function-port");
     assert_eq!(resolver.endpoints(&t).len(), 4);
 

@@ -43,7 +43,9 @@ impl TestServer {
             // Connections live in the JoinSet, so aborting this task closes them too.
             let mut conns = tokio::task::JoinSet::new();
             loop {
-                let Ok((stream, _)) = listener.accept().await else { break };
+                let Ok((stream, _)) = listener.accept().await else {
+                    break;
+                };
                 let _ = stream.set_nodelay(true);
                 let (seen, count, plan) = (seen2.clone(), count2.clone(), plan.clone());
                 conns.spawn(async move {
@@ -51,7 +53,11 @@ impl TestServer {
                         let (seen, count, plan) = (seen.clone(), count.clone(), plan.clone());
                         async move {
                             let (parts, body) = req.into_parts();
-                            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                            let body = body
+                                .collect()
+                                .await
+                                .map(|b| b.to_bytes())
+                                .unwrap_or_default();
                             let n = count.fetch_add(1, Ordering::SeqCst);
                             seen.lock().unwrap().push(Seen {
                                 method: parts.method.to_string(),
@@ -62,7 +68,8 @@ impl TestServer {
                             if !delay.is_zero() {
                                 tokio::time::sleep(delay).await;
                             }
-                            let mut resp = Response::new(Full::new(Bytes::from(format!("answer {n}"))));
+                            let mut resp =
+                                Response::new(Full::new(Bytes::from(format!("answer {n}"))));
                             *resp.status_mut() = status;
                             Ok::<_, Infallible>(resp)
                         }
@@ -73,7 +80,12 @@ impl TestServer {
                 });
             }
         });
-        Self { addr, seen, count, task }
+        Self {
+            addr,
+            seen,
+            count,
+            task,
+        }
     }
 
     /// Always 200 at once.
