@@ -1,0 +1,510 @@
+//! End to end on devcluster: a real Python function pod (kubeless-runtime), the controller
+//! writing Ingresses and status, and the built-in gateway serving the triggers over HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use http_trigger_controller::{Settings, run};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event as KubeEvent;
+use k8s_openapi::api::networking::v1::Ingress;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use kubeless_api::{Function, HttpTrigger, HttpTriggerSpec, conditions};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "default";
+const HANDLER: &str = r#"
+def hello(event, context):
+    req = event["extensions"]["request"]
+    data = event["data"]
+    if isinstance(data, bytes):
+        data = data.decode()
+    return {
+        "ns": event["event-namespace"],
+        "has_id": bool(event["event-id"]),
+        "path": req.path,
+        "query": req.query_string,
+        "data": data,
+    }
+"#;
+
+/// The folder with the workspace binaries (`target/debug`), built on demand.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/debug/deps/<test> -> target/debug
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    if !dir.join("kubeless-runtime").exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-p", "kubeless-runtime", "--bin", "kubeless-runtime"])
+            .status()
+            .expect("running cargo to build kubeless-runtime");
+        assert!(
+            status.success() && dir.join("kubeless-runtime").exists(),
+            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
+            dir.display()
+        );
+    }
+    dir
+}
+
+/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved, so no env variable
+/// has to be set for the pod runner.
+fn image_map(into: &Path) -> PathBuf {
+    let src = devcluster::repo_images_dir();
+    let out = into.join("images.d");
+    std::fs::create_dir_all(&out).unwrap();
+    let bin = bin_dir();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("${BIN_DIR}", &bin.to_string_lossy())
+            .replace("${MAP_DIR}", &src.to_string_lossy());
+        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
+    }
+    out
+}
+
+async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Http {
+    client: HttpClient<HttpConnector, Full<Bytes>>,
+    gateway: SocketAddr,
+}
+
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    body: String,
+}
+
+impl Http {
+    async fn send(
+        &self,
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Answer {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}{}", self.gateway, path))
+            .header("host", host);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(20), self.client.request(req))
+            .await
+            .expect("gateway answered in time")
+            .expect("request to the gateway");
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        Answer {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    async fn get(&self, host: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
+        self.send("GET", host, path, headers, "").await
+    }
+}
+
+async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kubeless_api::all() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+}
+
+/// A Python function as the function-controller would deploy it: code ConfigMap, Deployment
+/// running kubeless-runtime, Service, and the Function object.
+async fn deploy_function(client: &Client, name: &str, timeout: &str) {
+    let apply = |kind: &str, v: serde_json::Value| {
+        let client = client.clone();
+        let kind = kind.to_string();
+        async move {
+            let gvk = match kind.as_str() {
+                "ConfigMap" => ("", "v1", "ConfigMap", "configmaps"),
+                "Deployment" => ("apps", "v1", "Deployment", "deployments"),
+                "Service" => ("", "v1", "Service", "services"),
+                _ => unreachable!(),
+            };
+            let ar = kube::api::ApiResource {
+                group: gvk.0.into(),
+                version: gvk.1.into(),
+                api_version: if gvk.0.is_empty() {
+                    gvk.1.into()
+                } else {
+                    format!("{}/{}", gvk.0, gvk.1)
+                },
+                kind: gvk.2.into(),
+                plural: gvk.3.into(),
+            };
+            let api: Api<kube::api::DynamicObject> =
+                Api::namespaced_with(client, NS, &ar);
+            let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
+            api.create(&PostParams::default(), &obj).await.unwrap();
+        }
+    };
+    let labels = json!({"function": name, "created-by": "kubeless"});
+    apply(
+        "ConfigMap",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "labels": labels},
+               "data": {"handler.py": HANDLER}}),
+    )
+    .await;
+    apply(
+        "Deployment",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "labels": labels},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"function": name}},
+                 "template": {"metadata": {"labels": labels}, "spec": {
+                   "containers": [{"name": name, "image": "kubeless-rs/runtime-python:3.11",
+                     "env": [
+                       {"name": "FUNC_HANDLER", "value": "hello"},
+                       {"name": "MOD_NAME", "value": "handler"},
+                       {"name": "FUNC_PORT", "value": "8080"},
+                       {"name": "FUNC_RUNTIME", "value": "python3.11"},
+                       {"name": "FUNC_TIMEOUT", "value": timeout},
+                       {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"},
+                       {"name": "KUBELESS_WORKERS", "value": "1"},
+                       {"name": "KUBELESS_LISTEN_ADDRESS",
+                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+                     "ports": [{"name": "http", "containerPort": 8080}],
+                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080},
+                                        "periodSeconds": 1},
+                     "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
+                   "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
+    )
+    .await;
+    apply(
+        "Service",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": name, "labels": labels},
+               "spec": {"selector": {"function": name},
+                        "ports": [{"name": "http-function-port", "port": 8080,
+                                   "targetPort": 8080, "protocol": "TCP"}]}}),
+    )
+    .await;
+    let functions: Api<Function> = Api::namespaced(client.clone(), NS);
+    let f: Function = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+        "metadata": {"name": name},
+        "spec": {"runtime": "python3.11", "handler": "handler.hello", "timeout": timeout,
+                 "function": HANDLER}
+    }))
+    .unwrap();
+    functions.create(&PostParams::default(), &f).await.unwrap();
+}
+
+fn trigger(name: &str, spec: HttpTriggerSpec) -> HttpTrigger {
+    let mut t = HttpTrigger::new(name, spec);
+    t.metadata.namespace = Some(NS.into());
+    t
+}
+
+fn basic(user: &str, pass: &str) -> String {
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_triggers_through_the_builtin_gateway() {
+    let dir = tempfile::tempdir().unwrap();
+    eprintln!("state in {}", dir.path().display());
+    let mut options = devcluster::Options::for_tests(dir.path().join("state"));
+    options.images_dir = Some(image_map(dir.path()));
+    let cluster = devcluster::DevCluster::start(options).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    install_crds(&client).await;
+    deploy_function(&client, "hello", "30").await;
+
+    let token = CancellationToken::new();
+    let metrics = kubeless_service::Metrics::new("kubeless");
+    let running = run(
+        client.clone(),
+        Settings {
+            namespace: None,
+            ingress: true,
+            gateway_addr: Some("127.0.0.1:0".parse().unwrap()),
+            secret_ttl: Duration::from_millis(0),
+            instance: None,
+            lease: None,
+        },
+        &metrics,
+        token.clone(),
+    )
+    .await
+    .unwrap();
+    let http = Http {
+        client: HttpClient::builder(TokioExecutor::new()).build_http(),
+        gateway: running.gateway_addr.unwrap(),
+    };
+
+    let triggers: Api<HttpTrigger> = Api::namespaced(client.clone(), NS);
+    triggers
+        .create(
+            &PostParams::default(),
+            &trigger(
+                "hello",
+                HttpTriggerSpec {
+                    function_name: "hello".into(),
+                    host_name: Some("hello.example.com".into()),
+                    path: Some("greet".into()),
+                    ..HttpTriggerSpec::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+
+    // 1. host + path -> the function, prefix stripped, Kubeless headers added.
+    let answer = eventually("the function to answer through the gateway", Duration::from_secs(90), || async {
+        let a = http
+            .send("POST", "hello.example.com", "/greet/sub?x=1", &[("content-type", "text/plain")], "ping")
+            .await;
+        if a.status != 200 {
+            eprintln!("waiting: {} {}", a.status, a.body.trim());
+        }
+        (a.status == 200).then_some(a)
+    })
+    .await;
+    let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(body["ns"], "httptriggers.kubeless.io", "{body}");
+    assert_eq!(body["has_id"], true);
+    assert_eq!(body["path"], "/sub");
+    assert_eq!(body["query"], "x=1");
+    assert_eq!(body["data"], "ping");
+    // another host does not match the host-specific trigger
+    assert_eq!(http.get("other.example.com", "/greet", &[]).await.status, 404);
+
+    // The controller wrote the Ingress and a Ready status with the URL.
+    let ingresses: Api<Ingress> = Api::namespaced(client.clone(), NS);
+    let ing = eventually("the Ingress", Duration::from_secs(30), || async {
+        ingresses.get_opt("hello").await.unwrap()
+    })
+    .await;
+    let spec = ing.spec.unwrap();
+    assert_eq!(spec.ingress_class_name.as_deref(), Some("nginx"));
+    let rule = &spec.rules.unwrap()[0];
+    assert_eq!(rule.host.as_deref(), Some("hello.example.com"));
+    let path = &rule.http.as_ref().unwrap().paths[0];
+    assert_eq!(path.path.as_deref(), Some("/greet"));
+    assert_eq!(
+        path.backend.service.as_ref().unwrap().port.as_ref().unwrap().number,
+        Some(8080)
+    );
+    let status = eventually("a Ready status", Duration::from_secs(30), || async {
+        let t = triggers.get("hello").await.unwrap();
+        t.status
+            .filter(|s| conditions::is_ready(&s.conditions))
+    })
+    .await;
+    assert_eq!(status.url.as_deref(), Some("http://hello.example.com/greet"));
+
+    // 2. basic auth: 401 without or with wrong credentials, 200 with them.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    let mut data = BTreeMap::new();
+    data.insert(
+        "auth".to_string(),
+        k8s_openapi::ByteString(
+            b"alice:{SHA}YWXIkDPDfrJ6I4yV+0kqTJdT5SE=\nbob:$apr1$Zx9Q3pLm$gy6x49kIZzZDFQDfRR86Y/\n"
+                .to_vec(),
+        ),
+    );
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("creds".into()),
+                    ..Default::default()
+                },
+                data: Some(data),
+                ..Secret::default()
+            },
+        )
+        .await
+        .unwrap();
+    triggers
+        .create(
+            &PostParams::default(),
+            &trigger(
+                "secure",
+                HttpTriggerSpec {
+                    function_name: "hello".into(),
+                    path: Some("secure".into()),
+                    basic_auth_secret: Some("creds".into()),
+                    ..HttpTriggerSpec::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let denied = eventually("the secure route", Duration::from_secs(30), || async {
+        let a = http.get("any.host", "/secure", &[]).await;
+        (a.status != 404).then_some(a)
+    })
+    .await;
+    assert_eq!(denied.status, 401);
+    assert!(
+        denied.headers["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic realm=")
+    );
+    let wrong = basic("alice", "nope");
+    assert_eq!(
+        http.get("any.host", "/secure", &[("authorization", &wrong)]).await.status,
+        401
+    );
+    for user in ["alice", "bob"] {
+        let good = basic(user, "s3cret!");
+        let a = http
+            .get("any.host", "/secure/x", &[("authorization", &good)])
+            .await;
+        assert_eq!(a.status, 200, "{user}: {}", a.body);
+        assert!(a.body.contains("\"/x\""), "{}", a.body);
+    }
+
+    // 3. CORS: the gateway answers the preflight; responses carry Access-Control-*.
+    triggers
+        .create(
+            &PostParams::default(),
+            &trigger(
+                "cors",
+                HttpTriggerSpec {
+                    function_name: "hello".into(),
+                    path: Some("cors".into()),
+                    cors_enable: Some(true),
+                    ..HttpTriggerSpec::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    let origin = ("origin", "https://app.example");
+    let pre = eventually("the CORS preflight", Duration::from_secs(30), || async {
+        let a = http
+            .send(
+                "OPTIONS",
+                "any.host",
+                "/cors",
+                &[origin, ("access-control-request-method", "POST")],
+                "",
+            )
+            .await;
+        (a.status == 204).then_some(a)
+    })
+    .await;
+    assert_eq!(pre.headers["access-control-allow-origin"], "https://app.example");
+    assert!(
+        pre.headers["access-control-allow-methods"]
+            .to_str()
+            .unwrap()
+            .contains("POST")
+    );
+    let a = http.get("any.host", "/cors", &[origin]).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.headers["access-control-allow-origin"], "https://app.example");
+    // a trigger without cors-enable passes OPTIONS to the function and adds nothing
+    let a = http.get("hello.example.com", "/greet", &[origin]).await;
+    assert!(!a.headers.contains_key("access-control-allow-origin"));
+
+    // 4. A trigger naming a missing function: condition + Event, 503 from the gateway.
+    triggers
+        .create(
+            &PostParams::default(),
+            &trigger(
+                "orphan",
+                HttpTriggerSpec {
+                    function_name: "missing".into(),
+                    path: Some("orphan".into()),
+                    ..HttpTriggerSpec::default()
+                },
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("FunctionNotFound", Duration::from_secs(30), || async {
+        let t = triggers.get("orphan").await.unwrap();
+        let c = conditions::find_condition(&t.status?.conditions, conditions::READY)?.clone();
+        (c.reason.as_deref() == Some(conditions::reasons::FUNCTION_NOT_FOUND)).then_some(())
+    })
+    .await;
+    let events: Api<KubeEvent> = Api::namespaced(client.clone(), NS);
+    eventually("a FunctionNotFound Event", Duration::from_secs(30), || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|e| {
+                e.reason.as_deref() == Some("FunctionNotFound")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan")
+            })
+            .then_some(())
+    })
+    .await;
+    assert!(ingresses.get_opt("orphan").await.unwrap().is_none());
+    let a = eventually("the orphan route", Duration::from_secs(30), || async {
+        let a = http.get("any.host", "/orphan", &[]).await;
+        (a.status != 404).then_some(a)
+    })
+    .await;
+    assert_eq!(a.status, 503);
+
+    // 5. Trigger deleted -> 404.
+    triggers
+        .delete("hello", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("404 after deleting the trigger", Duration::from_secs(30), || async {
+        (http.get("hello.example.com", "/greet", &[]).await.status == 404).then_some(())
+    })
+    .await;
+
+    token.cancel();
+    tokio::time::timeout(Duration::from_secs(40), running.join())
+        .await
+        .expect("the service stops after shutdown");
+    cluster.shutdown().await;
+}
