@@ -193,6 +193,14 @@ async fn reconcile(ctx: &Ctx, cj: &CronJob) -> Result<()> {
     let prev = cj.status.clone().unwrap_or_default();
     let mut last_schedule = prev.last_schedule_time.clone();
     let now = Timestamp::now();
+    if let Some(tz) = spec.time_zone.as_deref()
+        && !matches!(tz, "UTC" | "Etc/UTC" | "GMT" | "Etc/GMT")
+    {
+        return Err(Error::Cron {
+            schedule: spec.schedule.clone(),
+            message: format!("timeZone {tz:?} not supported (devcluster runs CronJobs in UTC)"),
+        });
+    }
     if spec.suspend != Some(true) {
         let cron = parse_schedule(&spec.schedule)?;
         let since = prev

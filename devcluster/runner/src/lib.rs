@@ -51,7 +51,7 @@ pub const HOST_IP: &str = "127.0.0.1";
 #[derive(Clone, Debug)]
 pub struct RunnerConfig {
     /// Image name -> local command.
-    pub image_map: Arc<ImageMap>,
+    pub image_map: ImageMap,
     /// Pod folders (volumes, HOME, TMPDIR) go under `{work_dir}/{namespace}/{pod}-{uid}`.
     pub work_dir: PathBuf,
     /// Container logs: `{logs_dir}/{namespace}/{pod}/{container}.log` (+ `.previous.log`).
@@ -77,7 +77,7 @@ impl Default for RunnerConfig {
     fn default() -> Self {
         let base = std::env::temp_dir().join("devcluster");
         Self {
-            image_map: Arc::new(ImageMap::empty()),
+            image_map: ImageMap::empty(),
             work_dir: base.join("pods"),
             logs_dir: base.join("logs"),
             pod_ip_base: Ipv4Addr::new(127, 1, 0, 0),
