@@ -668,6 +668,23 @@ struct Encoder {
 }
 
 impl Encoder {
+    /// Encodes a stored change, reusing the serialization other watchers made.
+    fn change(&self, etype: &str, ev: &WatchEvent) -> Bytes {
+        if self.table.is_some() || versioned(&self.def, &self.version, &ev.obj).is_some() {
+            return self.event(etype, &ev.obj);
+        }
+        let obj = ev
+            .encoded
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&*ev.obj).unwrap_or_default()));
+        let mut buf = Vec::with_capacity(obj.len() + 32);
+        buf.extend_from_slice(b"{\"type\":\"");
+        buf.extend_from_slice(etype.as_bytes());
+        buf.extend_from_slice(b"\",\"object\":");
+        buf.extend_from_slice(obj);
+        buf.extend_from_slice(b"}\n");
+        Bytes::from(buf)
+    }
+
     fn event(&self, etype: &str, obj: &Value) -> Bytes {
         let object = match &self.table {
             Some(tb) => tb.table(
@@ -811,11 +828,11 @@ async fn run_watch(
                 for ev in replay {
                     last = last.max(ev.rv);
                     if let Some(t) = filter.classify(&ev) {
-                        send(enc.event(t, &ev.obj)).await?;
+                        send(enc.change(t, &ev)).await?;
                     }
                 }
             }
-            Err(()) => {
+            Err(_) => {
                 send(gone_event(from)).await?;
                 return Ok(());
             }
@@ -837,7 +854,7 @@ async fn run_watch(
                     }
                     last = ev.rv;
                     if let Some(t) = filter.classify(&ev) {
-                        send(enc.event(t, &ev.obj)).await?;
+                        send(enc.change(t, &ev)).await?;
                     }
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {
@@ -847,12 +864,12 @@ async fn run_watch(
                             for ev in replay {
                                 last = last.max(ev.rv);
                                 if let Some(t) = filter.classify(&ev) {
-                                    send(enc.event(t, &ev.obj)).await?;
+                                    send(enc.change(t, &ev)).await?;
                                 }
                             }
                             seen = seen.max(last);
                         }
-                        Err(()) => {
+                        Err(_) => {
                             send(gone_event(last)).await?;
                             return Ok(());
                         }

@@ -48,6 +48,8 @@ pub struct WatchEvent {
     pub obj: Arc<Value>,
     /// The object before this change, so selector watchers see objects leave.
     pub prev: Option<Arc<Value>>,
+    /// The object serialized once, shared by every watcher that sends it as is.
+    pub encoded: std::sync::OnceLock<bytes::Bytes>,
 }
 
 type ObjKey = (String, String);
@@ -81,6 +83,13 @@ pub struct DeleteOpts {
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
 }
+
+/// The resourceVersion asked for is older than the history kept (410 Gone).
+#[derive(Debug, Clone, Copy)]
+pub struct TooOld;
+
+/// Changes to replay, then the live channel.
+pub type Subscription = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
 
 /// One page of a list.
 pub struct ListResult {
@@ -347,6 +356,7 @@ impl Store {
             etype,
             obj: obj.clone(),
             prev,
+            encoded: std::sync::OnceLock::new(),
         });
         if st.history.len() >= HISTORY_LEN
             && let Some(old) = st.history.pop_front()
@@ -1087,12 +1097,8 @@ impl Store {
     }
 
     /// Subscribes to changes after `from_rv`; returns the changes already in history.
-    /// Err(()) when `from_rv` is older than the history kept (410 Gone).
-    pub fn watch_from(
-        &self,
-        gr: &GroupResource,
-        from_rv: u64,
-    ) -> Result<(Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>), ()> {
+    /// Err(TooOld) when `from_rv` is older than the history kept (410 Gone).
+    pub fn watch_from(&self, gr: &GroupResource, from_rv: u64) -> Result<Subscription, TooOld> {
         let st = self.lock();
         let rx = self.events.subscribe();
         let replay = Self::history_since(&st, gr, from_rv)?;
@@ -1104,7 +1110,7 @@ impl Store {
         &self,
         gr: &GroupResource,
         from_rv: u64,
-    ) -> Result<Vec<Arc<WatchEvent>>, ()> {
+    ) -> Result<Vec<Arc<WatchEvent>>, TooOld> {
         let st = self.lock();
         Self::history_since(&st, gr, from_rv)
     }
@@ -1113,9 +1119,9 @@ impl Store {
         st: &State,
         gr: &GroupResource,
         from_rv: u64,
-    ) -> Result<Vec<Arc<WatchEvent>>, ()> {
+    ) -> Result<Vec<Arc<WatchEvent>>, TooOld> {
         if from_rv < st.history_floor {
-            return Err(());
+            return Err(TooOld);
         }
         let start = st.history.partition_point(|e| e.rv <= from_rv);
         Ok(st

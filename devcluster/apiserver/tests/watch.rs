@@ -186,17 +186,14 @@ async fn streaming_list_and_paged_list_watchers() {
         .await
         .ok();
         loop {
-            match tokio::time::timeout(Duration::from_secs(10), s.next())
+            let ev = tokio::time::timeout(Duration::from_secs(10), s.next())
                 .await
                 .unwrap()
                 .unwrap()
-                .unwrap()
-            {
-                watcher::Event::Apply(c) => {
-                    assert!(c.metadata.name.unwrap().starts_with("live-"));
-                    break;
-                }
-                _ => {}
+                .unwrap();
+            if let watcher::Event::Apply(c) = ev {
+                assert!(c.metadata.name.unwrap().starts_with("live-"));
+                break;
             }
         }
         cms.delete("live-7", &Default::default()).await.unwrap();
