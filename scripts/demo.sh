@@ -40,7 +40,8 @@ export KUBECONFIG="$state/kubeconfig"
 
 log "installing the CRDs and the kubeless namespace"
 kubectl apply -f deploy/crds/ >/dev/null
-kubectl create namespace kubeless >/dev/null
+# `kubectl create namespace` sends protobuf, which devcluster does not speak: apply a manifest.
+printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeless\n' | kubectl apply -f - >/dev/null
 
 log "starting the function-controller"
 KUBELESS_ADMIN_ADDR=127.0.0.1:0 "$bin/function-controller" >"$state/function-controller.log" 2>&1 &
