@@ -130,8 +130,13 @@ impl Env {
     /// A devcluster (pod runner on or off) with the Function CRD installed.
     pub async fn start(runner: bool) -> Self {
         let _ = tracing_subscriber_init();
-        let dir = tempfile::tempdir().unwrap();
-        let mut options = Options::for_tests(dir.path().join("state"));
+        // Short: the runtime's worker sockets live under the pod folder, and Unix socket paths
+        // are limited to 107 bytes.
+        let dir = tempfile::Builder::new()
+            .prefix("fc")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let mut options = Options::for_tests(dir.path().join("s"));
         options.images_dir = runner.then(|| images_dir(dir.path()));
         let cluster = DevCluster::start(options).await.expect("devcluster starts");
         let client = cluster.client().await.unwrap();
@@ -287,7 +292,7 @@ impl Env {
     /// Every log file of the function's pods (for failure messages).
     pub fn pod_logs(&self, name: &str) -> String {
         let mut out = String::new();
-        let root = self.dir.path().join("state").join("logs").join(NS);
+        let root = self.dir.path().join("s").join("logs").join(NS);
         let Ok(pods) = std::fs::read_dir(&root) else {
             return "(no pod logs)".into();
         };
