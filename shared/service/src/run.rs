@@ -26,6 +26,8 @@ pub struct Context {
     pub readiness: Readiness,
     /// Register the service's metrics here (a sub-registry per subsystem).
     pub metrics: Metrics,
+    /// Where the admin server actually listens (differs from the flag with port 0).
+    pub admin_addr: std::net::SocketAddr,
     /// `Some` under leader election: `true` while this process holds the Lease.
     pub leader: Option<watch::Receiver<bool>>,
     /// The client leader election uses, when it is on; otherwise create one with
@@ -83,7 +85,8 @@ where
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let shutdown = Shutdown::new();
-    let _signals = shutdown.spawn_signal_handler().map_err(RunError::Signals)?;
+    // Signals stop being handled here once `run_inner` returns, whichever way it returns.
+    let _signals = AbortOnDrop(shutdown.spawn_signal_handler().map_err(RunError::Signals)?);
     let metrics = Metrics::new(METRICS_PREFIX);
     let readiness = Readiness::new();
 
@@ -141,6 +144,7 @@ where
             shutdown: shutdown.clone(),
             readiness: readiness.clone(),
             metrics,
+            admin_addr: admin.local_addr(),
             leader: leader_rx.clone(),
             kube_client,
         };
@@ -189,4 +193,12 @@ where
         return Err(RunError::LostLeadership);
     }
     admin_result
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -1,0 +1,73 @@
+//! `run_inner` end to end without a cluster: admin server, readiness, shutdown, errors.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use kubeless_service::args::ServiceConfig;
+use kubeless_service::telemetry::{LogFormat, TelemetryConfig};
+use kubeless_service::{RunError, run_inner};
+
+fn config() -> ServiceConfig {
+    ServiceConfig {
+        telemetry: TelemetryConfig {
+            service_name: "test".into(),
+            filter: "info".into(),
+            format: LogFormat::Text,
+            otlp_endpoint: None,
+        },
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
+        watch_namespace: None,
+        lease: None,
+    }
+}
+
+#[tokio::test]
+async fn service_runs_with_admin_server_and_drains_on_shutdown() {
+    let result = run_inner("test", config(), |ctx| async move {
+        let base = format!("http://{}", ctx.admin_addr);
+        let http = reqwest::Client::new();
+        let status = |path: &'static str| {
+            let (http, base) = (http.clone(), base.clone());
+            async move {
+                http.get(format!("{base}{path}"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }
+        };
+        assert_eq!(status("/healthz").await, 200);
+        assert_eq!(status("/readyz").await, 503);
+        ctx.readiness.set_ready(true);
+        assert_eq!(status("/readyz").await, 200);
+        assert_eq!(status("/metrics").await, 200);
+        assert!(ctx.leader.is_none());
+        // What a signal does; the service then drains and returns.
+        ctx.shutdown.trigger();
+        ctx.shutdown.cancelled().await;
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    assert!(result.is_ok(), "{result:?}");
+}
+
+#[tokio::test]
+async fn service_errors_are_returned() {
+    let result = run_inner("test", config(), |_ctx| async {
+        Err(std::io::Error::other("boom"))
+    })
+    .await;
+    match result {
+        Err(RunError::Service(e)) => assert_eq!(e.to_string(), "boom"),
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn busy_admin_port_is_an_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut cfg = config();
+    cfg.admin_addr = taken.local_addr().unwrap();
+    let result = run_inner("test", cfg, |_ctx| async { Ok::<_, std::io::Error>(()) }).await;
+    assert!(matches!(result, Err(RunError::Admin(_))), "{result:?}");
+}
