@@ -1,0 +1,415 @@
+//! What happens to one message: build the Kubeless event, call the function, then reply,
+//! ack/nak, or dead-letter.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_nats::HeaderMap as NatsHeaders;
+use async_nats::jetstream::AckKind;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use kubeless_invoke::{Class, Event, Invoker, Outcome, RetryPolicy};
+
+use crate::metrics::SubscriptionMetrics;
+use crate::plan::{SubscriptionConfig, SubscriptionKey};
+
+/// `event-namespace` of every event this service sends (Kubeless's value).
+pub const EVENT_NAMESPACE: &str = "natstriggers.kubeless.io";
+/// The subject the message was published on (wildcards resolved).
+pub const EVENT_TOPIC: HeaderName = HeaderName::from_static("event-topic");
+
+/// Reply / dead-letter header: the function's HTTP status (empty when it gave none).
+pub const STATUS_HEADER: &str = "Kubeless-Status";
+/// Reply / dead-letter header: why the call failed (a stable label, e.g. `status_5xx`, `timeout`).
+pub const ERROR_HEADER: &str = "Kubeless-Error";
+/// Reply / dead-letter header: the `event-id` the function saw.
+pub const EVENT_ID_HEADER: &str = "Kubeless-Event-Id";
+/// Dead-letter header: the subject the message came from.
+pub const ORIGINAL_SUBJECT_HEADER: &str = "Kubeless-Original-Subject";
+/// Dead-letter header: how many attempts were made.
+pub const ATTEMPTS_HEADER: &str = "Kubeless-Attempts";
+/// Dead-letter header: `<namespace>/<trigger>`.
+pub const TRIGGER_HEADER: &str = "Kubeless-Trigger";
+/// Dead-letter header: the function that failed.
+pub const FUNCTION_HEADER: &str = "Kubeless-Function";
+
+/// NATS headers that must not become HTTP request headers: hop-by-hop, framing, or set by the
+/// invoker itself.
+const SKIPPED_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "host",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "expect",
+];
+
+/// Everything a subscription's message handler needs; cheap to clone.
+#[derive(Clone)]
+pub struct Deliverer {
+    pub key: Arc<SubscriptionKey>,
+    pub config: Arc<SubscriptionConfig>,
+    pub invoker: Invoker,
+    pub nats: async_nats::Client,
+    pub metrics: SubscriptionMetrics,
+    retry: RetryPolicy,
+}
+
+impl Deliverer {
+    pub fn new(
+        key: Arc<SubscriptionKey>,
+        config: Arc<SubscriptionConfig>,
+        invoker: Invoker,
+        nats: async_nats::Client,
+        metrics: SubscriptionMetrics,
+    ) -> Self {
+        let p = config.policy;
+        let retry = RetryPolicy {
+            max_attempts: p.max_attempts,
+            initial_backoff: p.initial_backoff,
+            max_backoff: p.max_backoff,
+            multiplier: p.multiplier,
+            ..RetryPolicy::default()
+        };
+        Self {
+            key,
+            config,
+            invoker,
+            nats,
+            metrics,
+            retry,
+        }
+    }
+
+    /// A core NATS message. A request (reply subject set) gets one attempt and the answer is
+    /// sent back, because its caller is waiting and retries itself. Other messages are retried
+    /// in process per the trigger's policy, then dead-lettered.
+    pub async fn core(&self, msg: async_nats::Message) {
+        let started = Instant::now();
+        self.metrics.in_flight.inc();
+        let event = build_event(
+            &msg.subject,
+            msg.headers.as_ref(),
+            msg.payload.clone(),
+            None,
+        );
+        match msg.reply.clone() {
+            Some(reply) => {
+                let outcome = self.invoker.invoke(&self.config.target, &event).await;
+                if let Err(e) = self.reply(reply, &outcome).await {
+                    tracing::warn!(subscription = %self.key, error = %e, "sending the reply failed");
+                }
+                if outcome.is_success() {
+                    self.metrics.success.inc();
+                } else {
+                    // The caller got the error; nothing is dead-lettered.
+                    self.metrics.failed.inc();
+                }
+            }
+            None => {
+                let outcome = self
+                    .invoker
+                    .invoke_with_retry(&self.config.target, &event, &self.retry)
+                    .await;
+                self.metrics
+                    .retry
+                    .inc_by(u64::from(outcome.attempts.saturating_sub(1)));
+                if outcome.is_success() {
+                    self.metrics.success.inc();
+                } else {
+                    log_failure(&self.key, &outcome);
+                    self.dead_letter_or_drop(
+                        &msg.subject,
+                        msg.headers.as_ref(),
+                        &msg.payload,
+                        &outcome,
+                    )
+                    .await;
+                }
+            }
+        }
+        self.metrics
+            .latency
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.in_flight.dec();
+    }
+
+    /// A JetStream message: one attempt per delivery. 2xx acks; a retryable failure naks with
+    /// the policy's backoff; the last attempt (or a permanent failure) dead-letters and
+    /// terminates. JetStream messages are never request/reply: their reply subject is the ack
+    /// subject.
+    pub async fn jetstream(&self, msg: async_nats::jetstream::Message) {
+        let started = Instant::now();
+        self.metrics.in_flight.inc();
+        let (delivered, event_id) = match msg.info() {
+            Ok(info) => (
+                u32::try_from(info.delivered).unwrap_or(1).max(1),
+                Some(format!("{}-{}", info.stream, info.stream_sequence)),
+            ),
+            Err(_) => (1, None),
+        };
+        let max = self.config.policy.max_attempts;
+        let event = build_event(
+            &msg.subject,
+            msg.headers.as_ref(),
+            msg.payload.clone(),
+            event_id,
+        );
+        let ack = if delivered > max {
+            // The process died during the last attempt: do not call again, dead-letter it.
+            let outcome = Outcome {
+                event_id: event.event_id.clone().unwrap_or_default(),
+                status: None,
+                body: Bytes::new(),
+                latency: Default::default(),
+                elapsed: Default::default(),
+                attempts: delivered,
+                endpoint: None,
+                error: None,
+            };
+            self.final_failure(&msg, &outcome, max).await
+        } else {
+            let mut outcome = self.invoker.invoke(&self.config.target, &event).await;
+            outcome.attempts = delivered;
+            match outcome.class() {
+                Class::Success => {
+                    self.metrics.success.inc();
+                    AckKind::Ack
+                }
+                Class::Retryable if delivered < max => {
+                    self.metrics.retry.inc();
+                    tracing::debug!(subscription = %self.key, delivered, error = ?outcome.error, "function failed; nak");
+                    AckKind::Nak(Some(self.config.policy.backoff(delivered)))
+                }
+                _ => {
+                    log_failure(&self.key, &outcome);
+                    self.final_failure(&msg, &outcome, max).await
+                }
+            }
+        };
+        if let Err(e) = msg.ack_with(ack).await {
+            // The server redelivers after the ack wait; at least once still holds.
+            tracing::warn!(subscription = %self.key, error = %e, "acknowledging a message failed");
+        }
+        self.metrics
+            .latency
+            .observe(started.elapsed().as_secs_f64());
+        self.metrics.in_flight.dec();
+    }
+
+    /// Dead-letters (when configured) and returns Term, or Nak when the dead-letter publish
+    /// failed so the message is not lost.
+    async fn final_failure(
+        &self,
+        msg: &async_nats::jetstream::Message,
+        outcome: &Outcome,
+        max: u32,
+    ) -> AckKind {
+        if self.config.dead_letter_subject.is_none() {
+            self.metrics.failed.inc();
+            return AckKind::Term;
+        }
+        if self
+            .dead_letter_or_drop(&msg.subject, msg.headers.as_ref(), &msg.payload, outcome)
+            .await
+        {
+            AckKind::Term
+        } else {
+            AckKind::Nak(Some(self.config.policy.backoff(max)))
+        }
+    }
+
+    /// Publishes the failed message to the dead-letter subject with headers describing the
+    /// failure, and flushes so the server has it. Returns false when that failed.
+    async fn dead_letter_or_drop(
+        &self,
+        subject: &async_nats::Subject,
+        headers: Option<&NatsHeaders>,
+        payload: &Bytes,
+        outcome: &Outcome,
+    ) -> bool {
+        let Some(dl) = &self.config.dead_letter_subject else {
+            self.metrics.failed.inc();
+            return true;
+        };
+        let mut h = headers.cloned().unwrap_or_default();
+        h.insert(ORIGINAL_SUBJECT_HEADER, subject.as_str());
+        h.insert(ATTEMPTS_HEADER, outcome.attempts.to_string().as_str());
+        h.insert(
+            STATUS_HEADER,
+            outcome
+                .status
+                .map(|s| s.as_u16().to_string())
+                .unwrap_or_default()
+                .as_str(),
+        );
+        h.insert(
+            ERROR_HEADER,
+            outcome
+                .error
+                .as_ref()
+                .map_or("retries_exhausted", |e| e.metric_label()),
+        );
+        h.insert(EVENT_ID_HEADER, outcome.event_id.as_str());
+        h.insert(
+            TRIGGER_HEADER,
+            format!("{}/{}", self.key.namespace, self.key.trigger).as_str(),
+        );
+        h.insert(FUNCTION_HEADER, self.key.function.as_str());
+        let published = async {
+            self.nats
+                .publish_with_headers(dl.clone(), h, payload.clone())
+                .await
+                .map_err(|e| e.to_string())?;
+            self.nats.flush().await.map_err(|e| e.to_string())
+        }
+        .await;
+        match published {
+            Ok(()) => {
+                self.metrics.dead_letter.inc();
+                true
+            }
+            Err(e) => {
+                tracing::warn!(subscription = %self.key, dead_letter = %dl, error = %e, "dead-lettering failed");
+                self.metrics.failed.inc();
+                false
+            }
+        }
+    }
+
+    /// Sends the function's answer to a request's reply subject: its body, with the HTTP status
+    /// in `Kubeless-Status` (502 when no answer came, 504 on timeout) and the failure label in
+    /// `Kubeless-Error`.
+    async fn reply(
+        &self,
+        reply: async_nats::Subject,
+        outcome: &Outcome,
+    ) -> Result<(), async_nats::PublishError> {
+        let mut h = NatsHeaders::new();
+        let status = outcome
+            .status
+            .map(|s| s.as_u16())
+            .unwrap_or_else(|| match &outcome.error {
+                Some(kubeless_invoke::InvokeError::Timeout { .. }) => 504,
+                _ => 502,
+            });
+        h.insert(STATUS_HEADER, status.to_string().as_str());
+        h.insert(EVENT_ID_HEADER, outcome.event_id.as_str());
+        if let Some(e) = &outcome.error {
+            h.insert(ERROR_HEADER, e.metric_label());
+        }
+        self.nats
+            .publish_with_headers(reply, h, outcome.body.clone())
+            .await
+    }
+}
+
+fn log_failure(key: &SubscriptionKey, outcome: &Outcome) {
+    tracing::warn!(
+        subscription = %key,
+        event_id = %outcome.event_id,
+        attempts = outcome.attempts,
+        status = outcome.status.map(|s| s.as_u16()),
+        error = outcome.error.as_ref().map(|e| e.metric_label()),
+        "delivery failed after the last attempt"
+    );
+}
+
+/// The Kubeless event for a NATS message: the payload as a POST body, `event-topic` = the
+/// subject, and every NATS header that is a valid HTTP header passed on as-is (hop-by-hop and
+/// framing headers are dropped). `Content-Type` from the NATS headers is used for non-JSON
+/// bodies. Pure.
+pub fn build_event(
+    subject: &str,
+    headers: Option<&NatsHeaders>,
+    payload: Bytes,
+    event_id: Option<String>,
+) -> Event {
+    let mut event = Event::new(EVENT_NAMESPACE).with_body(payload);
+    if let Some(id) = event_id {
+        event = event.with_event_id(id);
+    }
+    if let Some(headers) = headers {
+        for (name, values) in headers.iter() {
+            let name_str: &str = name.as_ref();
+            let Ok(http_name) = HeaderName::from_bytes(name_str.as_bytes()) else {
+                continue;
+            };
+            if SKIPPED_HEADERS.contains(&http_name.as_str()) {
+                continue;
+            }
+            if http_name == http::header::CONTENT_TYPE {
+                if let Some(v) = values.last() {
+                    event = event.with_content_type(v.as_str());
+                }
+                continue;
+            }
+            for v in values {
+                if let Ok(value) = HeaderValue::from_str(v.as_str()) {
+                    event.headers.append(http_name.clone(), value);
+                }
+            }
+        }
+    }
+    if let Ok(topic) = HeaderValue::from_str(subject) {
+        event.headers.insert(EVENT_TOPIC, topic);
+    }
+    event
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_carries_topic_namespace_and_headers() {
+        let mut h = NatsHeaders::new();
+        h.insert("X-Trace", "abc");
+        h.append("X-Multi", "1");
+        h.append("X-Multi", "2");
+        h.insert("Content-Type", "text/csv");
+        h.insert("Content-Length", "99");
+        h.insert("event-topic", "spoofed");
+        let e = build_event(
+            "orders.eu",
+            Some(&h),
+            Bytes::from_static(b"a,b"),
+            Some("S-7".into()),
+        );
+        assert_eq!(e.event_namespace, "natstriggers.kubeless.io");
+        assert_eq!(e.event_id.as_deref(), Some("S-7"));
+        assert_eq!(e.body.as_deref(), Some(&b"a,b"[..]));
+        assert_eq!(e.content_type.as_deref(), Some("text/csv"));
+        assert_eq!(e.headers.get("x-trace").unwrap(), "abc");
+        let multi: Vec<_> = e.headers.get_all("x-multi").iter().collect();
+        assert_eq!(multi.len(), 2);
+        assert!(e.headers.get("content-length").is_none());
+        assert!(e.headers.get("content-type").is_none());
+        assert_eq!(e.headers.get("event-topic").unwrap(), "orders.eu");
+
+        // The invoker's headers: Kubeless's event-* set, body sent as POST.
+        let built = kubeless_invoke::event::event_headers(&e, "S-7", "t").unwrap();
+        assert_eq!(
+            built.get("event-namespace").unwrap(),
+            "natstriggers.kubeless.io"
+        );
+        assert_eq!(built.get("content-type").unwrap(), "text/csv");
+        assert_eq!(built.get("x-trace").unwrap(), "abc");
+    }
+
+    #[test]
+    fn json_payload_without_headers() {
+        let e = build_event("a", None, Bytes::from_static(br#"{"k":1}"#), None);
+        assert!(e.event_id.is_none());
+        let built = kubeless_invoke::event::event_headers(&e, "id", "t").unwrap();
+        assert_eq!(built.get("content-type").unwrap(), "application/json");
+        assert_eq!(built.get("event-type").unwrap(), "application/json");
+    }
+}

@@ -1,0 +1,14 @@
+use std::process::ExitCode;
+
+use clap::Parser;
+use nats_trigger::{Cli, SERVICE_NAME, serve};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let (service, trigger, lease) = Cli::parse().split_leader_election();
+    // `run` logs the error chain; the exit code tells the orchestrator to restart us.
+    match kubeless_service::run(SERVICE_NAME, service, |ctx| serve(ctx, trigger, lease)).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(_) => ExitCode::FAILURE,
+    }
+}
