@@ -212,6 +212,7 @@ pub struct Running {
     election: Option<AbortOnDropHandle<()>>,
     /// Runs until dropped.
     endpoint_watch: Option<AbortOnDropHandle<()>>,
+    active: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Running {
@@ -232,6 +233,11 @@ impl Running {
             }
         }
         drop(endpoint_watch);
+    }
+
+    /// Subscriptions in the Running state after the last reconcile pass.
+    pub fn active_subscriptions(&self) -> usize {
+        self.active.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits until the first reconcile pass is done.
@@ -266,6 +272,7 @@ pub fn run(
         }
         Resolution::Custom(r) => r,
     };
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut election = None;
     let leader = settings.lease.map(|lease| {
         let election_token = shutdown.child_token();
@@ -283,6 +290,7 @@ pub fn run(
         drain_timeout: settings.drain_timeout,
         resync: settings.resync,
         leader,
+        active: Arc::clone(&active),
     };
     let (synced_tx, synced) = watch::channel(false);
     let main = tokio::spawn(async move {
@@ -297,5 +305,6 @@ pub fn run(
         reconciler: AbortOnDropHandle::new(main),
         election,
         endpoint_watch,
+        active,
     }
 }

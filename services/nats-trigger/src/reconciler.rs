@@ -37,6 +37,8 @@ pub struct Reconciler {
     pub resync: Duration,
     /// `Some`: status is written only while this is `true` (the Lease holder).
     pub leader: Option<watch::Receiver<bool>>,
+    /// Set after every pass to the number of subscriptions in the Running state.
+    pub active: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 struct Running {
@@ -70,6 +72,12 @@ impl Reconciler {
             let desired = plan(&triggers.state(), &functions.state());
             self.apply(&desired, &mut running, &mut stopping, &changed);
             self.metrics.subscriptions.set(running.len() as i64);
+            let active = running
+                .values()
+                .filter(|r| *r.sub.state.borrow() == SubState::Running)
+                .count();
+            self.active
+                .store(active, std::sync::atomic::Ordering::Relaxed);
             if self.may_write_status() {
                 self.write_statuses(&desired, &running, &triggers).await;
             }
