@@ -1,0 +1,595 @@
+//! One consumer group per (trigger, function).
+//!
+//! A dedicated OS thread owns the librdkafka consumer and polls it (so rebalance callbacks,
+//! which must drain in-flight calls before partitions move, can block without stalling the
+//! async runtime). Each record goes to a lane of its partition: one lane in `partition`
+//! ordering, `lanes` lanes in `key` (chosen by key hash) and `none` (round robin) ordering.
+//! Lanes are tokio tasks that deliver their records one at a time, so order within a lane is
+//! kept, partitions and lanes run in parallel, and a process-wide semaphore bounds the calls in
+//! flight.
+//!
+//! Offsets: auto-commit is off. Each partition has an [`OffsetTracker`]; a record is marked
+//! done after a 2xx, a dead-letter acknowledgement or a skip, and only the contiguous done
+//! prefix is committed: every `commit_interval` (async), and synchronously when partitions
+//! are revoked (after draining) and when the consumer stops.
+//!
+//! Flow control: a partition with more than `max_queued` records waiting is paused and resumed
+//! below half of that, so a slow or failing partition neither grows memory nor blocks others.
+
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::BrokerArgs;
+use crate::deliver::{Deliverer, Finished};
+use crate::metrics::{ConsumerMetrics, TriggerMetrics};
+use crate::offsets::OffsetTracker;
+use crate::plan::{ConsumerSpec, Ordering};
+use crate::record::Record;
+
+/// Knobs of every consumer.
+#[derive(Debug, Clone)]
+pub struct Tuning {
+    /// Lanes per partition for `key` and `none` ordering.
+    pub lanes: usize,
+    /// Records waiting per partition before it is paused.
+    pub max_queued: usize,
+    /// How long a revoke or stop waits for in-flight calls before abandoning them (they are
+    /// then redelivered by the next owner).
+    pub drain_timeout: Duration,
+    pub commit_interval: Duration,
+    /// Watermark (lag) and topic metadata (health) refresh.
+    pub lag_interval: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            lanes: 32,
+            max_queued: 2000,
+            drain_timeout: Duration::from_secs(30),
+            commit_interval: Duration::from_millis(500),
+            lag_interval: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What a consumer last saw of the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Starting,
+    Ok,
+    /// Broker unreachable or topic missing.
+    Unavailable(String),
+}
+
+/// Health per consumer group, read by the status writer.
+pub type HealthMap = Arc<Mutex<HashMap<String, Health>>>;
+
+fn set_health(map: &HealthMap, group: &str, h: Health) {
+    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
+    if m.get(group) != Some(&h) {
+        if let Health::Unavailable(msg) = &h {
+            tracing::warn!(group, reason = %msg, "broker unavailable for consumer");
+        }
+        m.insert(group.to_string(), h);
+    }
+}
+
+/// Everything consumers share.
+pub struct Shared {
+    pub brokers: BrokerArgs,
+    pub deliverer: Arc<Deliverer>,
+    pub in_flight: Arc<Semaphore>,
+    pub metrics: TriggerMetrics,
+    pub runtime: tokio::runtime::Handle,
+    pub tuning: Tuning,
+    pub health: HealthMap,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConsumerError {
+    #[error("invalid broker settings")]
+    Config(#[source] crate::broker::BrokerConfigError),
+    #[error("creating the Kafka consumer failed")]
+    Create(#[source] KafkaError),
+    #[error("subscribing to topic {topic} failed")]
+    Subscribe {
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    #[error("starting the consumer thread failed")]
+    Thread(#[source] std::io::Error),
+}
+
+/// A running consumer; [`ConsumerHandle::stop`] drains and commits.
+pub struct ConsumerHandle {
+    stop: CancellationToken,
+    stopped: oneshot::Receiver<()>,
+    group: String,
+}
+
+impl ConsumerHandle {
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Stops taking records, waits for in-flight calls (up to the drain timeout), commits and
+    /// leaves the group.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.stopped.await;
+    }
+}
+
+struct PartitionWork {
+    lanes: Vec<mpsc::UnboundedSender<Record>>,
+    tasks: Vec<JoinHandle<()>>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    queued: Arc<AtomicUsize>,
+    paused: bool,
+    /// Stop starting records (revoke / stop).
+    revoked: CancellationToken,
+    /// Cancel calls in flight (drain timeout passed).
+    abort: CancellationToken,
+    next_lane: usize,
+}
+
+struct GroupState {
+    spec: ConsumerSpec,
+    shared: Arc<Shared>,
+    metrics: ConsumerMetrics,
+    parts: Mutex<HashMap<i32, PartitionWork>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct GroupContext {
+    state: Arc<GroupState>,
+}
+
+impl ClientContext for GroupContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        // Connection-level trouble (all brokers down, resolve failures) arrives here.
+        tracing::warn!(group = %self.state.spec.group, %error, reason, "librdkafka error");
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::AllBrokersDown)
+                | Some(rdkafka::types::RDKafkaErrorCode::Resolve)
+                | Some(rdkafka::types::RDKafkaErrorCode::Authentication)
+                | Some(rdkafka::types::RDKafkaErrorCode::SSL)
+        ) {
+            set_health(
+                &self.state.shared.health,
+                &self.state.spec.group,
+                Health::Unavailable(format!("{error}: {reason}")),
+            );
+        }
+    }
+}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let parts: Vec<i32> = tpl
+                .elements_for_topic(&self.state.spec.topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
+            tracing::info!(group = %self.state.spec.group, ?parts, "partitions revoked: draining");
+            self.state.release(consumer, &parts);
+        }
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Assign(tpl) = rebalance {
+            let parts: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+            tracing::info!(group = %self.state.spec.group, ?parts, "partitions assigned");
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            self.state.metrics.commit_failures.inc();
+            tracing::warn!(group = %self.state.spec.group, error = %e, "offset commit failed; will retry");
+            let parts = lock(&self.state.parts);
+            for el in offsets.elements() {
+                if let (Some(w), Offset::Offset(o)) = (parts.get(&el.partition()), el.offset()) {
+                    lock(&w.tracker).commit_failed(o);
+                }
+            }
+        }
+    }
+}
+
+impl GroupState {
+    fn start_partition(self: &Arc<Self>, partition: i32) -> PartitionWork {
+        let lanes = match self.spec.ordering {
+            Ordering::Partition => 1,
+            Ordering::Key | Ordering::None => self.shared.tuning.lanes.max(1),
+        };
+        tracing::debug!(group = %self.spec.group, partition, lanes, "starting partition lanes");
+        let tracker = Arc::new(Mutex::new(OffsetTracker::new()));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let revoked = CancellationToken::new();
+        let abort = CancellationToken::new();
+        let mut senders = Vec::with_capacity(lanes);
+        let mut tasks = Vec::with_capacity(lanes);
+        for _ in 0..lanes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            senders.push(tx);
+            tasks.push(self.shared.runtime.spawn(lane(
+                rx,
+                Arc::clone(self),
+                Arc::clone(&tracker),
+                Arc::clone(&queued),
+                revoked.clone(),
+                abort.clone(),
+            )));
+        }
+        PartitionWork {
+            lanes: senders,
+            tasks,
+            tracker,
+            queued,
+            paused: false,
+            revoked,
+            abort,
+            next_lane: 0,
+        }
+    }
+
+    /// Hands a record to its lane. Returns whether the partition should be paused.
+    fn dispatch(self: &Arc<Self>, record: Record) -> Option<i32> {
+        let mut parts = lock(&self.parts);
+        let p = record.partition;
+        let w = parts.entry(p).or_insert_with(|| self.start_partition(p));
+        if !lock(&w.tracker).received(record.offset) {
+            return None;
+        }
+        let n = w.lanes.len();
+        let lane = match (self.spec.ordering, &record.key) {
+            (Ordering::Partition, _) => 0,
+            (Ordering::Key, Some(key)) => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                key.hash(&mut h);
+                (h.finish() % n as u64) as usize
+            }
+            (Ordering::Key, None) | (Ordering::None, _) => {
+                w.next_lane = (w.next_lane + 1) % n;
+                w.next_lane
+            }
+        };
+        let queued = w.queued.fetch_add(1, AtomicOrdering::AcqRel) + 1;
+        if w.lanes[lane].send(record).is_err() {
+            // The lane ended (revoked); the record stays undone and is redelivered later.
+            w.queued.fetch_sub(1, AtomicOrdering::AcqRel);
+        }
+        if queued >= self.shared.tuning.max_queued && !w.paused {
+            w.paused = true;
+            return Some(p);
+        }
+        None
+    }
+
+    /// Partitions that were paused and have room again (marked resumed).
+    fn resumable(&self) -> Vec<i32> {
+        let low = self.shared.tuning.max_queued / 2;
+        let mut parts = lock(&self.parts);
+        parts
+            .iter_mut()
+            .filter(|(_, w)| w.paused && w.queued.load(AtomicOrdering::Acquire) <= low)
+            .map(|(p, w)| {
+                w.paused = false;
+                *p
+            })
+            .collect()
+    }
+
+    /// Offsets to commit now (those that moved).
+    fn pending_commits(&self) -> TopicPartitionList {
+        let parts = lock(&self.parts);
+        let mut tpl = TopicPartitionList::new();
+        for (p, w) in parts.iter() {
+            if let Some(o) = lock(&w.tracker).take_commit() {
+                let _ = tpl.add_partition_offset(&self.spec.topic, *p, Offset::Offset(o));
+            }
+        }
+        tpl
+    }
+
+    /// Stops and drains the given partitions (all when `None`-like empty slice is not enough:
+    /// pass every key), then commits their done prefix synchronously. Runs on the poll thread.
+    fn release(&self, consumer: &BaseConsumer<GroupContext>, partitions: &[i32]) {
+        let mut works: Vec<(i32, PartitionWork)> = {
+            let mut parts = lock(&self.parts);
+            partitions
+                .iter()
+                .filter_map(|p| parts.remove(p).map(|w| (*p, w)))
+                .collect()
+        };
+        if works.is_empty() {
+            return;
+        }
+        for (_, w) in works.iter_mut() {
+            w.revoked.cancel();
+            w.lanes.clear();
+        }
+        let drain = self.shared.tuning.drain_timeout;
+        let started = Instant::now();
+        let finished = self.shared.runtime.block_on(async {
+            let all =
+                futures::future::join_all(works.iter_mut().flat_map(|(_, w)| w.tasks.iter_mut()));
+            tokio::time::timeout(drain, all).await.is_ok()
+        });
+        if !finished {
+            tracing::warn!(
+                group = %self.spec.group, ?drain,
+                "in-flight calls did not finish in time; abandoning them (they will be redelivered)"
+            );
+            for (_, w) in works.iter() {
+                w.abort.cancel();
+            }
+            self.shared.runtime.block_on(async {
+                let rest = futures::future::join_all(
+                    works
+                        .iter_mut()
+                        .flat_map(|(_, w)| w.tasks.iter_mut())
+                        .filter(|t| !t.is_finished()),
+                );
+                let _ = tokio::time::timeout(Duration::from_secs(2), rest).await;
+            });
+            for (_, w) in works.iter() {
+                for t in &w.tasks {
+                    t.abort();
+                }
+            }
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (p, w) in &works {
+            if let Some(o) = lock(&w.tracker).committable() {
+                let _ = tpl.add_partition_offset(&self.spec.topic, *p, Offset::Offset(o));
+            }
+            self.metrics.forget_partition(*p);
+        }
+        if tpl.count() > 0 {
+            match consumer.commit(&tpl, CommitMode::Sync) {
+                Ok(()) => tracing::info!(
+                    group = %self.spec.group, offsets = ?tpl.to_topic_map(), drained_in = ?started.elapsed(),
+                    "committed after draining"
+                ),
+                Err(e) => {
+                    self.metrics.commit_failures.inc();
+                    tracing::warn!(group = %self.spec.group, error = %e, "final commit failed; records after the last commit will be redelivered");
+                }
+            }
+        }
+    }
+
+    fn update_lag_and_health(&self, consumer: &BaseConsumer<GroupContext>) {
+        let topic = &self.spec.topic;
+        let health = match consumer.fetch_metadata(Some(topic), Duration::from_secs(3)) {
+            Err(e) => Health::Unavailable(format!("cannot reach the brokers: {e}")),
+            Ok(md) => match md.topics().iter().find(|t| t.name() == topic) {
+                Some(t) if t.error().is_none() && !t.partitions().is_empty() => Health::Ok,
+                Some(t) => Health::Unavailable(match t.error() {
+                    Some(e) => format!(
+                        "topic {topic}: {:?}",
+                        rdkafka::types::RDKafkaErrorCode::from(e)
+                    ),
+                    None => format!("topic {topic} has no partitions"),
+                }),
+                None => Health::Unavailable(format!("topic {topic} does not exist")),
+            },
+        };
+        let ok = health == Health::Ok;
+        set_health(&self.shared.health, &self.spec.group, health);
+        if !ok {
+            return;
+        }
+        let positions: Vec<(i32, Option<i64>)> = lock(&self.parts)
+            .iter()
+            .map(|(p, w)| (*p, lock(&w.tracker).position()))
+            .collect();
+        for (p, pos) in positions {
+            if let (Ok((_, high)), Some(pos)) = (
+                consumer.fetch_watermarks(topic, p, Duration::from_secs(1)),
+                pos,
+            ) {
+                self.metrics.set_lag(p, high - pos);
+            }
+        }
+    }
+}
+
+async fn lane(
+    mut rx: mpsc::UnboundedReceiver<Record>,
+    state: Arc<GroupState>,
+    tracker: Arc<Mutex<OffsetTracker>>,
+    queued: Arc<AtomicUsize>,
+    revoked: CancellationToken,
+    abort: CancellationToken,
+) {
+    let shared = &state.shared;
+    while let Some(record) = rx.recv().await {
+        if revoked.is_cancelled() {
+            break;
+        }
+        let permit = tokio::select! {
+            biased;
+            _ = revoked.cancelled() => break,
+            p = Arc::clone(&shared.in_flight).acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+        };
+        let started = Instant::now();
+        state.metrics.in_flight.inc();
+        let result = shared
+            .deliverer
+            .deliver(&state.spec, &record, &abort, &state.metrics)
+            .await;
+        state.metrics.in_flight.dec();
+        drop(permit);
+        let Some(finished) = result else { break };
+        match finished {
+            Finished::Delivered => state.metrics.delivered.inc(),
+            Finished::DeadLettered => state.metrics.dead_lettered.inc(),
+            Finished::Skipped => state.metrics.skipped.inc(),
+        };
+        state
+            .metrics
+            .latency
+            .observe(started.elapsed().as_secs_f64());
+        lock(&tracker).done(record.offset);
+        queued.fetch_sub(1, AtomicOrdering::AcqRel);
+    }
+}
+
+fn tpl_of(topic: &str, partition: i32) -> TopicPartitionList {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, partition);
+    tpl
+}
+
+/// Starts the consumer of `spec` on its own thread.
+pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, ConsumerError> {
+    let config = shared
+        .brokers
+        .consumer_config(&spec.group)
+        .map_err(ConsumerError::Config)?;
+    let metrics =
+        shared
+            .metrics
+            .consumer(&spec.namespace, &spec.trigger, &spec.function, &spec.topic);
+    let state = Arc::new(GroupState {
+        spec: spec.clone(),
+        shared: Arc::clone(&shared),
+        metrics,
+        parts: Mutex::new(HashMap::new()),
+    });
+    let consumer: BaseConsumer<GroupContext> = config
+        .create_with_context(GroupContext {
+            state: Arc::clone(&state),
+        })
+        .map_err(ConsumerError::Create)?;
+    consumer
+        .subscribe(&[&spec.topic])
+        .map_err(|source| ConsumerError::Subscribe {
+            topic: spec.topic.clone(),
+            source,
+        })?;
+    set_health(&shared.health, &spec.group, Health::Starting);
+    let stop = CancellationToken::new();
+    let (done_tx, done_rx) = oneshot::channel();
+    let thread_stop = stop.clone();
+    let name: String = format!("kt-{}", spec.function).chars().take(15).collect();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            poll_loop(&consumer, &state, &thread_stop);
+            // Dropping the consumer leaves the group (its revoke finds nothing left to drain).
+            drop(consumer);
+            state.shared.metrics.consumers.dec();
+            let _ = done_tx.send(());
+        })
+        .map_err(ConsumerError::Thread)?;
+    shared.metrics.consumers.inc();
+    tracing::info!(group = %spec.group, topic = %spec.topic, function = %spec.function, ordering = %spec.ordering, "consumer started");
+    Ok(ConsumerHandle {
+        stop,
+        stopped: done_rx,
+        group: spec.group,
+    })
+}
+
+fn poll_loop(
+    consumer: &BaseConsumer<GroupContext>,
+    state: &Arc<GroupState>,
+    stop: &CancellationToken,
+) {
+    let tuning = state.shared.tuning.clone();
+    let topic = state.spec.topic.clone();
+    let mut last_commit = Instant::now();
+    // First health check right away.
+    let mut last_lag = Instant::now()
+        .checked_sub(tuning.lag_interval)
+        .unwrap_or_else(Instant::now);
+    let mut last_poll_error: Option<Instant> = None;
+    while !stop.is_cancelled() {
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(m)) => {
+                let record = Record::from_message(&m);
+                drop(m);
+                if let Some(p) = state.dispatch(record)
+                    && let Err(e) = consumer.pause(&tpl_of(&topic, p))
+                {
+                    tracing::warn!(group = %state.spec.group, partition = p, error = %e, "pausing failed");
+                }
+            }
+            Some(Err(e)) => {
+                if last_poll_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(group = %state.spec.group, error = %e, "consumer error");
+                    last_poll_error = Some(Instant::now());
+                }
+                if let KafkaError::MessageConsumption(code) = &e {
+                    set_health(
+                        &state.shared.health,
+                        &state.spec.group,
+                        Health::Unavailable(format!("{code:?}")),
+                    );
+                }
+            }
+            None => {}
+        }
+        for p in state.resumable() {
+            if let Err(e) = consumer.resume(&tpl_of(&topic, p)) {
+                tracing::warn!(group = %state.spec.group, partition = p, error = %e, "resuming failed");
+            }
+        }
+        if last_commit.elapsed() >= tuning.commit_interval {
+            last_commit = Instant::now();
+            let tpl = state.pending_commits();
+            if tpl.count() > 0
+                && let Err(e) = consumer.commit(&tpl, CommitMode::Async)
+            {
+                {
+                    state.metrics.commit_failures.inc();
+                    tracing::warn!(group = %state.spec.group, error = %e, "commit request failed");
+                    let parts = lock(&state.parts);
+                    for el in tpl.elements() {
+                        if let (Some(w), Offset::Offset(o)) =
+                            (parts.get(&el.partition()), el.offset())
+                        {
+                            lock(&w.tracker).commit_failed(o);
+                        }
+                    }
+                }
+            }
+        }
+        if last_lag.elapsed() >= tuning.lag_interval {
+            last_lag = Instant::now();
+            state.update_lag_and_health(consumer);
+        }
+    }
+    let all: Vec<i32> = lock(&state.parts).keys().copied().collect();
+    state.release(consumer, &all);
+    let _ = state
+        .shared
+        .health
+        .lock()
+        .map(|mut m| m.remove(&state.spec.group));
+    tracing::info!(group = %state.spec.group, "consumer stopped");
+}
