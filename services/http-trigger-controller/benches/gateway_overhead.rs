@@ -1,1 +1,173 @@
-fn main() {}
+//! Gateway overhead: a tiny local Rust "function" (an HTTP echo server) called directly and
+//! through the built-in gateway, in the same run, with the same load: N keep-alive connections
+//! for a bounded time each. Prints p50 / p99 / req/s of both and the ratios
+//! (goals: p50 at most 1.3x direct, throughput at least 70% of direct).
+//!
+//! `cargo bench -p http-trigger-controller --bench gateway_overhead [-- <connections> <seconds>]`
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use http_trigger_controller::gateway::Gateway;
+use http_trigger_controller::gateway::routes::{Route, RouteTable};
+use http_trigger_controller::gateway::secrets::SecretStore;
+use http_trigger_controller::metrics::GatewayMetrics;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use kubeless_invoke::{Endpoint, FunctionTarget, StaticResolver};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+const BODY: &[u8] = b"{\"hello\":\"world\"}";
+
+async fn echo_server(token: CancellationToken) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = tokio::select! {
+                _ = token.cancelled() => return,
+                a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+            };
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(async move {
+                let svc = hyper::service::service_fn(|_req| async {
+                    Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(BODY))))
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+    rps: f64,
+    errors: usize,
+}
+
+/// `conns` keep-alive HTTP/1.1 connections, each sending requests back to back for `secs`.
+async fn load(addr: SocketAddr, host: &str, path: &str, conns: usize, secs: f64) -> Stats {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (host, path) = (host.to_string(), path.to_string());
+        tasks.push(tokio::spawn(async move {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            stream.set_nodelay(true).unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            let mut lat = Vec::with_capacity(65536);
+            let mut errors = 0usize;
+            while Instant::now() < deadline {
+                let req = hyper::Request::get(&path)
+                    .header("host", &host)
+                    .body(Empty::<Bytes>::new())
+                    .unwrap();
+                let t = Instant::now();
+                match sender.send_request(req).await {
+                    Ok(resp) if resp.status().is_success() => {
+                        let body = resp.into_body().collect().await.unwrap().to_bytes();
+                        assert_eq!(&body[..], BODY);
+                        lat.push(t.elapsed());
+                    }
+                    _ => {
+                        errors += 1;
+                        break;
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.unwrap();
+        all.extend(lat);
+        errors += e;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    all.sort();
+    let pct = |p: f64| all[((all.len() as f64 * p) as usize).min(all.len() - 1)];
+    Stats {
+        p50: pct(0.50),
+        p99: pct(0.99),
+        rps: all.len() as f64 / elapsed,
+        errors,
+    }
+}
+
+fn row(name: &str, s: &Stats) {
+    println!(
+        "{name:<10} p50 {:>8.1} µs   p99 {:>8.1} µs   {:>9.0} req/s   errors {}",
+        s.p50.as_secs_f64() * 1e6,
+        s.p99.as_secs_f64() * 1e6,
+        s.rps,
+        s.errors
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let conns: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(16);
+    let secs: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(4.0);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let token = CancellationToken::new();
+        let echo = echo_server(token.clone()).await;
+        let resolver = Arc::new(StaticResolver::single(
+            Endpoint::parse(&format!("http://{echo}/")).unwrap(),
+        ));
+        let gw = Gateway::new(resolver, SecretStore::fixed([]), GatewayMetrics::default());
+        gw.set_routes(RouteTable::from_routes([Route {
+            namespace: "default".into(),
+            trigger: "echo".into(),
+            host: Some("echo.example.com".into()),
+            prefix: "/echo".into(),
+            cors: false,
+            basic_auth_secret: None,
+            target: Some(
+                FunctionTarget::new("default", "echo").with_timeout(Duration::from_secs(30)),
+            ),
+        }]));
+        let (gw_addr, server) = gw
+            .bind("127.0.0.1:0".parse().unwrap(), token.clone())
+            .await
+            .unwrap();
+
+        println!("gateway overhead: {conns} connections, {secs} s per run, HTTP/1.1 keep-alive");
+        // Warm both paths (connection pools, allocator) before measuring.
+        load(echo, "echo", "/", conns, 0.5).await;
+        load(gw_addr, "echo.example.com", "/echo", conns, 0.5).await;
+        let direct = load(echo, "echo", "/", conns, secs).await;
+        let via = load(gw_addr, "echo.example.com", "/echo", conns, secs).await;
+        row("direct", &direct);
+        row("gateway", &via);
+        println!(
+            "ratios: p50 {:.2}x direct (goal <= 1.3x), p99 {:.2}x, throughput {:.0}% of direct (goal >= 70%)",
+            via.p50.as_secs_f64() / direct.p50.as_secs_f64(),
+            via.p99.as_secs_f64() / direct.p99.as_secs_f64(),
+            100.0 * via.rps / direct.rps
+        );
+        token.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
+    });
+}

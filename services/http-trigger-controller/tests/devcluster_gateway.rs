@@ -49,7 +49,13 @@ fn bin_dir() -> PathBuf {
     if !dir.join("kubeless-runtime").exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = std::process::Command::new(cargo)
-            .args(["build", "-p", "kubeless-runtime", "--bin", "kubeless-runtime"])
+            .args([
+                "build",
+                "-p",
+                "kubeless-runtime",
+                "--bin",
+                "kubeless-runtime",
+            ])
             .status()
             .expect("running cargo to build kubeless-runtime");
         assert!(
@@ -124,9 +130,7 @@ impl Http {
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
+        let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
         let resp = tokio::time::timeout(Duration::from_secs(20), self.client.request(req))
             .await
             .expect("gateway answered in time")
@@ -156,6 +160,10 @@ async fn install_crds(client: &Client) {
 /// A Python function as the function-controller would deploy it: code ConfigMap, Deployment
 /// running kubeless-runtime, Service, and the Function object.
 async fn deploy_function(client: &Client, name: &str, timeout: &str) {
+    // devcluster hands out the same pod addresses to every cluster on the machine, so a fixed
+    // port could collide with another test run's pod. The Service port stays 8080, which also
+    // checks that the gateway follows the targetPort (and the Ingress the Service port).
+    let port = 20000 + std::process::id() % 20000;
     let apply = |kind: &str, v: serde_json::Value| {
         let client = client.clone();
         let kind = kind.to_string();
@@ -177,8 +185,7 @@ async fn deploy_function(client: &Client, name: &str, timeout: &str) {
                 kind: gvk.2.into(),
                 plural: gvk.3.into(),
             };
-            let api: Api<kube::api::DynamicObject> =
-                Api::namespaced_with(client, NS, &ar);
+            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, NS, &ar);
             let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
             api.create(&PostParams::default(), &obj).await.unwrap();
         }
@@ -201,15 +208,15 @@ async fn deploy_function(client: &Client, name: &str, timeout: &str) {
                      "env": [
                        {"name": "FUNC_HANDLER", "value": "hello"},
                        {"name": "MOD_NAME", "value": "handler"},
-                       {"name": "FUNC_PORT", "value": "8080"},
+                       {"name": "FUNC_PORT", "value": port.to_string()},
                        {"name": "FUNC_RUNTIME", "value": "python3.11"},
                        {"name": "FUNC_TIMEOUT", "value": timeout},
                        {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"},
                        {"name": "KUBELESS_WORKERS", "value": "1"},
                        {"name": "KUBELESS_LISTEN_ADDRESS",
                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                     "ports": [{"name": "http", "containerPort": 8080}],
-                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080},
+                     "ports": [{"name": "http", "containerPort": port}],
+                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
                                         "periodSeconds": 1},
                      "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
                    "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
@@ -221,7 +228,7 @@ async fn deploy_function(client: &Client, name: &str, timeout: &str) {
                "metadata": {"name": name, "labels": labels},
                "spec": {"selector": {"function": name},
                         "ports": [{"name": "http-function-port", "port": 8080,
-                                   "targetPort": 8080, "protocol": "TCP"}]}}),
+                                   "targetPort": port, "protocol": "TCP"}]}}),
     )
     .await;
     let functions: Api<Function> = Api::namespaced(client.clone(), NS);
@@ -233,6 +240,54 @@ async fn deploy_function(client: &Client, name: &str, timeout: &str) {
     }))
     .unwrap();
     functions.create(&PostParams::default(), &f).await.unwrap();
+}
+
+/// What a failing test needs to explain itself: pods, slices and pod logs.
+async fn dump(client: &Client, dir: &Path) {
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    for p in pods.list(&ListParams::default()).await.unwrap() {
+        eprintln!(
+            "pod {:?} status {}",
+            p.metadata.name,
+            serde_json::to_string(&p.status).unwrap()
+        );
+    }
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), NS);
+    for s in slices.list(&ListParams::default()).await.unwrap() {
+        eprintln!("slice {}", serde_json::to_string(&s).unwrap());
+    }
+    for entry in walk(dir) {
+        eprintln!("file {}", entry.display());
+        if entry.extension().and_then(|e| e.to_str()) == Some("log") {
+            let text = std::fs::read_to_string(&entry).unwrap_or_default();
+            let tail: String = text
+                .chars()
+                .rev()
+                .take(3000)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            eprintln!("--- {}\n{tail}", entry.display());
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 fn trigger(name: &str, spec: HttpTriggerSpec) -> HttpTrigger {
@@ -299,16 +354,29 @@ async fn http_triggers_through_the_builtin_gateway() {
         .unwrap();
 
     // 1. host + path -> the function, prefix stripped, Kubeless headers added.
-    let answer = eventually("the function to answer through the gateway", Duration::from_secs(90), || async {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let answer = loop {
         let a = http
-            .send("POST", "hello.example.com", "/greet/sub?x=1", &[("content-type", "text/plain")], "ping")
+            .send(
+                "POST",
+                "hello.example.com",
+                "/greet/sub?x=1",
+                &[("content-type", "text/plain")],
+                "ping",
+            )
             .await;
-        if a.status != 200 {
-            eprintln!("waiting: {} {}", a.status, a.body.trim());
+        if a.status == 200 {
+            break a;
         }
-        (a.status == 200).then_some(a)
-    })
-    .await;
+        if Instant::now() > deadline {
+            dump(&client, dir.path()).await;
+            panic!(
+                "the function did not answer through the gateway: {} {}",
+                a.status, a.body
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     let body: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
     assert_eq!(body["ns"], "httptriggers.kubeless.io", "{body}");
     assert_eq!(body["has_id"], true);
@@ -316,7 +384,10 @@ async fn http_triggers_through_the_builtin_gateway() {
     assert_eq!(body["query"], "x=1");
     assert_eq!(body["data"], "ping");
     // another host does not match the host-specific trigger
-    assert_eq!(http.get("other.example.com", "/greet", &[]).await.status, 404);
+    assert_eq!(
+        http.get("other.example.com", "/greet", &[]).await.status,
+        404
+    );
 
     // The controller wrote the Ingress and a Ready status with the URL.
     let ingresses: Api<Ingress> = Api::namespaced(client.clone(), NS);
@@ -331,16 +402,25 @@ async fn http_triggers_through_the_builtin_gateway() {
     let path = &rule.http.as_ref().unwrap().paths[0];
     assert_eq!(path.path.as_deref(), Some("/greet"));
     assert_eq!(
-        path.backend.service.as_ref().unwrap().port.as_ref().unwrap().number,
+        path.backend
+            .service
+            .as_ref()
+            .unwrap()
+            .port
+            .as_ref()
+            .unwrap()
+            .number,
         Some(8080)
     );
     let status = eventually("a Ready status", Duration::from_secs(30), || async {
         let t = triggers.get("hello").await.unwrap();
-        t.status
-            .filter(|s| conditions::is_ready(&s.conditions))
+        t.status.filter(|s| conditions::is_ready(&s.conditions))
     })
     .await;
-    assert_eq!(status.url.as_deref(), Some("http://hello.example.com/greet"));
+    assert_eq!(
+        status.url.as_deref(),
+        Some("http://hello.example.com/greet")
+    );
 
     // 2. basic auth: 401 without or with wrong credentials, 200 with them.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
@@ -395,7 +475,9 @@ async fn http_triggers_through_the_builtin_gateway() {
     );
     let wrong = basic("alice", "nope");
     assert_eq!(
-        http.get("any.host", "/secure", &[("authorization", &wrong)]).await.status,
+        http.get("any.host", "/secure", &[("authorization", &wrong)])
+            .await
+            .status,
         401
     );
     for user in ["alice", "bob"] {
@@ -437,7 +519,10 @@ async fn http_triggers_through_the_builtin_gateway() {
         (a.status == 204).then_some(a)
     })
     .await;
-    assert_eq!(pre.headers["access-control-allow-origin"], "https://app.example");
+    assert_eq!(
+        pre.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
     assert!(
         pre.headers["access-control-allow-methods"]
             .to_str()
@@ -446,7 +531,10 @@ async fn http_triggers_through_the_builtin_gateway() {
     );
     let a = http.get("any.host", "/cors", &[origin]).await;
     assert_eq!(a.status, 200);
-    assert_eq!(a.headers["access-control-allow-origin"], "https://app.example");
+    assert_eq!(
+        a.headers["access-control-allow-origin"],
+        "https://app.example"
+    );
     // a trigger without cors-enable passes OPTIONS to the function and adds nothing
     let a = http.get("hello.example.com", "/greet", &[origin]).await;
     assert!(!a.headers.contains_key("access-control-allow-origin"));
@@ -473,16 +561,20 @@ async fn http_triggers_through_the_builtin_gateway() {
     })
     .await;
     let events: Api<KubeEvent> = Api::namespaced(client.clone(), NS);
-    eventually("a FunctionNotFound Event", Duration::from_secs(30), || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .iter()
-            .any(|e| {
-                e.reason.as_deref() == Some("FunctionNotFound")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan")
-            })
-            .then_some(())
-    })
+    eventually(
+        "a FunctionNotFound Event",
+        Duration::from_secs(30),
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("FunctionNotFound")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("orphan")
+                })
+                .then_some(())
+        },
+    )
     .await;
     assert!(ingresses.get_opt("orphan").await.unwrap().is_none());
     let a = eventually("the orphan route", Duration::from_secs(30), || async {
@@ -497,9 +589,13 @@ async fn http_triggers_through_the_builtin_gateway() {
         .delete("hello", &DeleteParams::default())
         .await
         .unwrap();
-    eventually("404 after deleting the trigger", Duration::from_secs(30), || async {
-        (http.get("hello.example.com", "/greet", &[]).await.status == 404).then_some(())
-    })
+    eventually(
+        "404 after deleting the trigger",
+        Duration::from_secs(30),
+        || async {
+            (http.get("hello.example.com", "/greet", &[]).await.status == 404).then_some(())
+        },
+    )
     .await;
 
     token.cancel();
