@@ -49,7 +49,7 @@ pids+=($!)
 
 log "kubeless function deploy hello"
 "$bin/kubeless" function deploy hello --runtime python3.11 --handler hello.handler \
-  --from-file examples/hello.py --wait --wait-timeout 120s
+  --from-file examples/hello.py --wait --wait-timeout 180
 "$bin/kubeless" function ls
 
 log "kubeless function call hello"

@@ -13,7 +13,7 @@ use crate::image_map::ImageEntry;
 /// Env var holding the pod's loopback address in every container.
 pub const ENV_POD_IP: &str = "DEVCLUSTER_POD_IP";
 /// Env var the kubeless runtime reads for its bind address; set to the pod IP.
-pub const ENV_BIND_ADDRESS: &str = "KUBELESS_BIND_ADDRESS";
+pub const ENV_BIND_ADDRESS: &str = "KUBELESS_LISTEN_ADDRESS";
 
 /// Facts about the pod that env `fieldRef`s and `$(VAR)`s may refer to.
 #[derive(Clone, Debug, Default)]

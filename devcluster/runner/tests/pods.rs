@@ -244,7 +244,7 @@ async fn configmap_secret_env_and_volumes_with_mapped_paths() {
             ],
             "containers": [{
                 "name": "main", "image": "alpine:3",
-                "command": ["sh", "-c", "cat /src/handler.py; echo; cat /creds/token; echo; echo $GREETING $TOKEN $NS $TIER $DEVCLUSTER_POD_IP $KUBELESS_BIND_ADDRESS; pwd; echo $SRC_DIR; echo $HOME"],
+                "command": ["sh", "-c", "cat /src/handler.py; echo; cat /creds/token; echo; echo $GREETING $TOKEN $NS $TIER $DEVCLUSTER_POD_IP $KUBELESS_LISTEN_ADDRESS; pwd; echo $SRC_DIR; echo $HOME"],
                 "workingDir": "/src",
                 "env": [
                     {"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},

@@ -144,7 +144,7 @@ impl Server {
             None => {
                 let t = tempfile::Builder::new()
                     .prefix("kubeless-runtime-")
-                    .tempdir()
+                    .tempdir_in(socket_parent())
                     .map_err(ServeError::SocketDir)?;
                 (t.path().to_path_buf(), Some(t))
             }
@@ -449,5 +449,20 @@ async fn call_function(
             ),
             true,
         ),
+    }
+}
+
+/// Longest socket directory we accept: sun_path holds 108 bytes, and the file name
+/// (`worker-<slot>-<generation>.sock`) and the temp folder's own name need room too.
+const MAX_SOCKET_PARENT_LEN: usize = 60;
+
+/// Where the per-run socket folder goes: the temp dir, unless its path is so long that socket
+/// paths would not fit in sun_path (a deep TMPDIR, as devcluster's per-pod folders are); then /tmp.
+fn socket_parent() -> PathBuf {
+    let tmp = std::env::temp_dir();
+    if tmp.as_os_str().len() <= MAX_SOCKET_PARENT_LEN {
+        tmp
+    } else {
+        PathBuf::from("/tmp")
     }
 }
