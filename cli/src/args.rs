@@ -28,6 +28,8 @@ pub struct KubeArgs {
     pub namespace: Option<String>,
 }
 
+// A command line is parsed once; boxing the big variant would only add noise.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Deploy, update, call and inspect functions.

@@ -77,6 +77,8 @@ impl Error {
         Self::Usage(msg.into())
     }
 
+    // Unused when every broker feature is off.
+    #[allow(dead_code)]
     pub(crate) fn broker(what: impl Into<String>, message: impl ToString) -> Self {
         Self::Broker {
             what: what.into(),

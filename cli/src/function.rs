@@ -596,12 +596,14 @@ mod tests {
     #[test]
     fn status_column() {
         assert_eq!(status_of(None), "MISSING: Check controller logs");
-        let mut d = Deployment::default();
-        d.status = Some(k8s_openapi::api::apps::v1::DeploymentStatus {
-            replicas: Some(2),
-            ready_replicas: Some(1),
+        let mut d = Deployment {
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                replicas: Some(2),
+                ready_replicas: Some(1),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         assert_eq!(status_of(Some(&d)), "1/2 READY");
         d.status = Some(Default::default());
         assert_eq!(status_of(Some(&d)), "0/0 NOT READY");
