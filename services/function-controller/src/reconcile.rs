@@ -372,33 +372,34 @@ async fn failure_text(ctx: &Context, f: &Function, failure: &Failure) -> String 
     if let Some(m) = &failure.message {
         return m.clone();
     }
-    // The same failure is already reported: no need to read the log again.
+    // The same failure is already reported with its output: no need to read the log again.
     if let Some(c) = f
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, READY))
-        && c.message.as_deref().is_some_and(|m| {
-            m.contains(&format!("{:?} of pod {} ", failure.container, failure.pod))
-        })
         && let Some(m) = c.message.as_deref()
+        && m.contains(&format!("{:?} of pod {} ", failure.container, failure.pod))
         && let Some((_, text)) = m.split_once(&format!("exited with {}: ", failure.exit_code))
+        && !text.trim().is_empty()
     {
         return text.to_string();
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &f.namespace().unwrap_or_default());
-    let params = LogParams {
-        container: Some(failure.container.clone()),
-        previous: failure.previous,
-        tail_lines: Some(20),
-        ..LogParams::default()
-    };
-    match api.logs(&failure.pod, &params).await {
-        Ok(log) => log,
-        Err(e) => {
-            tracing::debug!(error = %e, "reading the failed container's log");
-            String::new()
+    // A restarted container's current log may still be empty: then the previous one tells.
+    for previous in [failure.previous, !failure.previous] {
+        let params = LogParams {
+            container: Some(failure.container.clone()),
+            previous,
+            tail_lines: Some(20),
+            ..LogParams::default()
+        };
+        match api.logs(&failure.pod, &params).await {
+            Ok(log) if !log.trim().is_empty() => return log,
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, previous, "reading the failed container's log"),
         }
     }
+    String::new()
 }
 
 struct StatusExtra {

@@ -106,6 +106,7 @@ async fn python_text_update_and_delete() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_base64_with_deps_and_targz_without() {
     let mut env = Env::start(true).await;
+    env.host_ca_config().await;
     env.start_controller().await;
     let code = "const leftPad = require('left-pad');\nmodule.exports = { handler: (event, context) => leftPad('x', 4, '-') };\n";
     let mut f = function(

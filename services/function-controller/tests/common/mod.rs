@@ -163,6 +163,44 @@ impl Env {
         }
     }
 
+    /// When this host's npm needs a CA file (a TLS-intercepting proxy), pass it to the install
+    /// step through the catalogue's installation-phase env: `install` runs npm with `--prefix`,
+    /// which makes npm skip the host's global npmrc where the CA is configured.
+    pub async fn host_ca_config(&self) {
+        let cafile = ["/usr/etc/npmrc", "/etc/npmrc"].iter().find_map(|p| {
+            let text = std::fs::read_to_string(p).ok()?;
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix("cafile="))
+                .map(|v| v.trim().to_string())
+        });
+        let Some(cafile) = cafile else { return };
+        let mut catalogue = function_controller::catalogue::Catalogue::builtin();
+        for r in &mut catalogue.runtimes {
+            for v in &mut r.versions {
+                for i in &mut v.images {
+                    i.env.insert("npm_config_cafile".into(), cafile.clone());
+                }
+            }
+        }
+        let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let _ = nss
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": "kubeless"}}))
+                    .unwrap(),
+            )
+            .await;
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "kubeless-config", "namespace": "kubeless"},
+            "data": {"runtime-images": catalogue.to_json().unwrap()}
+        }))
+        .unwrap();
+        Api::<ConfigMap>::namespaced(self.client.clone(), "kubeless")
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.cluster
             .as_ref()
