@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use kubeless_api::{Function, function::DEFAULT_PORT_NAME};
+
 /// Kubeless default of `spec.timeout`, in seconds.
 pub const DEFAULT_TIMEOUT_SECS: u64 = 180;
 /// Kubeless default Service port of a function.
@@ -48,6 +50,42 @@ impl FunctionTarget {
         self.timeout = timeout;
         self
     }
+
+    /// The target every trigger uses for a Function: the Function's own namespace (or
+    /// `default_namespace` when the object has none), the first port of `spec.service` by number
+    /// and name (EndpointSlices are matched by name), Kubeless's `http-function-port` 8080 when
+    /// there is no service template, and `spec.timeout`. An invalid timeout or service template is
+    /// the function-controller's to report on the Function; here the defaults stand in.
+    pub fn for_function(function: &Function, default_namespace: &str) -> Self {
+        let namespace = function
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| default_namespace.to_string());
+        let name = function.metadata.name.clone().unwrap_or_default();
+        let spec = &function.spec;
+        let timeout = spec
+            .timeout_duration()
+            .unwrap_or(Duration::from_secs(DEFAULT_TIMEOUT_SECS));
+        let first_port = match spec.service_spec() {
+            Ok(Some(service)) => service.ports.and_then(|ports| ports.into_iter().next()),
+            _ => None,
+        };
+        let (port, port_name) = match first_port {
+            Some(p) => (
+                u16::try_from(p.port).unwrap_or(DEFAULT_PORT),
+                p.name.filter(|n| !n.is_empty()),
+            ),
+            None => (DEFAULT_PORT, Some(DEFAULT_PORT_NAME.to_string())),
+        };
+        Self {
+            namespace,
+            name,
+            port,
+            port_name,
+            timeout,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -91,5 +129,53 @@ mod tests {
         assert_eq!(t.port, 8080);
         assert_eq!(t.timeout, Duration::from_secs(180));
         assert_eq!(t.port_name, None);
+    }
+}
+
+#[cfg(test)]
+mod function_tests {
+    use super::*;
+    use kubeless_api::FunctionSpec;
+
+    fn function(spec: serde_json::Value) -> Function {
+        let spec: FunctionSpec = serde_json::from_value(spec).unwrap_or_else(|e| panic!("{e}"));
+        let mut f = Function::new("hello", spec);
+        f.metadata.namespace = Some("team".into());
+        f
+    }
+
+    #[test]
+    fn kubeless_defaults_without_a_service_template() {
+        let t = FunctionTarget::for_function(&function(serde_json::json!({"handler": "h.f"})), "x");
+        assert_eq!(
+            (t.namespace.as_str(), t.name.as_str(), t.port),
+            ("team", "hello", 8080)
+        );
+        assert_eq!(t.port_name.as_deref(), Some("http-function-port"));
+        assert_eq!(t.timeout, Duration::from_secs(180));
+    }
+
+    #[test]
+    fn first_service_port_and_timeout_win() {
+        let f = function(serde_json::json!({
+            "handler": "h.f",
+            "timeout": "7",
+            "service": {"ports": [{"name": "web", "port": 9000, "targetPort": 8080}, {"port": 1}]}
+        }));
+        let t = FunctionTarget::for_function(&f, "x");
+        assert_eq!((t.port, t.port_name.as_deref()), (9000, Some("web")));
+        assert_eq!(t.timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn unnamed_port_and_bad_timeout_fall_back() {
+        let f = function(serde_json::json!({
+            "handler": "h.f",
+            "timeout": "soon",
+            "service": {"ports": [{"port": 8081}]}
+        }));
+        let t = FunctionTarget::for_function(&f, "x");
+        assert_eq!((t.port, t.port_name), (8081, None));
+        assert_eq!(t.timeout, Duration::from_secs(180));
     }
 }
