@@ -1,0 +1,321 @@
+//! Delivering one record: call the function through the shared invoker with the trigger's
+//! retry policy; when retries are used up, put the record (wrapped with the failure details)
+//! to the dead-letter stream, or, without one, skip it loudly. Only then is the record "done"
+//! and its sequence number may be checkpointed.
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_kinesis::Client as KinesisClient;
+use aws_sdk_kinesis::primitives::Blob;
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
+use kubeless_api::DeliveryPolicy;
+use kubeless_invoke::{Event, InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{TriggerMetrics, outcome};
+use crate::plan::ReaderConfig;
+
+/// `event-namespace` of every event this trigger sends.
+pub const EVENT_NAMESPACE: &str = "kinesistriggers.kubeless.io";
+
+/// Extra headers on each event.
+pub mod headers {
+    pub const STREAM: &str = "event-stream";
+    pub const SHARD_ID: &str = "event-shard-id";
+    pub const PARTITION_KEY: &str = "event-partition-key";
+    pub const SEQUENCE_NUMBER: &str = "event-sequence-number";
+}
+
+/// One record read from a shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub shard_id: String,
+    pub sequence_number: String,
+    pub partition_key: String,
+    pub data: Bytes,
+}
+
+impl Record {
+    /// The event for the function. The event id is derived from shard and sequence number, so
+    /// a redelivery (retry, or after a restart) carries the same id and functions can dedupe.
+    pub fn to_event(&self, stream: &str) -> Event {
+        let mut e = Event::new(EVENT_NAMESPACE)
+            .with_body(self.data.clone())
+            .with_event_id(format!("{}-{}", self.shard_id, self.sequence_number));
+        for (name, value) in [
+            (headers::STREAM, stream),
+            (headers::SHARD_ID, self.shard_id.as_str()),
+            (headers::PARTITION_KEY, self.partition_key.as_str()),
+            (headers::SEQUENCE_NUMBER, self.sequence_number.as_str()),
+        ] {
+            // Kinesis partition keys are Unicode; one that is not a valid header value is left
+            // out rather than failing the record.
+            if let Ok(v) = HeaderValue::from_str(value) {
+                e = e.with_header(HeaderName::from_static(name), v);
+            }
+        }
+        e
+    }
+}
+
+/// What goes to the dead-letter stream: the original record and why it failed. JSON, since
+/// Kinesis records have no headers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeadLetter {
+    pub stream: String,
+    pub shard_id: String,
+    pub sequence_number: String,
+    pub partition_key: String,
+    /// The original data, base64.
+    pub data: String,
+    pub attempts: u32,
+    /// HTTP status of the last answer; absent when there was none (timeout, connection error).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_status: Option<u16>,
+    pub error: String,
+    /// `<namespace>/<function>`.
+    pub function: String,
+    /// `<namespace>/<trigger>`.
+    pub trigger: String,
+}
+
+impl DeadLetter {
+    pub fn new(config: &ReaderConfig, record: &Record, o: &Outcome, error: String) -> Self {
+        Self {
+            stream: config.stream.clone(),
+            shard_id: record.shard_id.clone(),
+            sequence_number: record.sequence_number.clone(),
+            partition_key: record.partition_key.clone(),
+            data: base64::engine::general_purpose::STANDARD.encode(&record.data),
+            attempts: o.attempts,
+            last_status: o.status.map(|s| s.as_u16()),
+            error,
+            function: format!("{}/{}", config.namespace, config.function),
+            trigger: config.label(),
+        }
+    }
+
+    /// The original data.
+    pub fn original_data(&self) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.data)
+            .ok()
+    }
+}
+
+/// How a record finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    Delivered,
+    DeadLettered,
+    Skipped,
+}
+
+/// The trigger's policy as the invoker's (equal jitter).
+pub fn retry_policy(p: &DeliveryPolicy) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: p.max_attempts,
+        initial_backoff: p.initial_backoff,
+        max_backoff: p.max_backoff,
+        multiplier: p.multiplier,
+        jitter: Jitter::Equal,
+    }
+}
+
+/// No pod to take the call (none ready, connection refused): not the record's fault, so it is
+/// not dead-lettered; the shard waits, keeping order.
+fn function_unavailable(o: &Outcome) -> bool {
+    matches!(
+        o.error,
+        Some(InvokeError::Resolve(ResolveError::NoEndpoints { .. }))
+            | Some(InvokeError::Connect { .. })
+    )
+}
+
+/// Calls the function and writes dead letters for one trigger.
+pub struct Deliverer {
+    pub invoker: Invoker,
+    pub kinesis: KinesisClient,
+    pub config: std::sync::Arc<ReaderConfig>,
+    pub metrics: TriggerMetrics,
+    /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
+    pub max_wait: Duration,
+}
+
+impl Deliverer {
+    /// Delivers `record` until it is done; `None` when `cancel` fired first (not done: it is
+    /// read again from the checkpoint next time).
+    pub async fn deliver(&self, record: &Record, cancel: &CancellationToken) -> Option<Finished> {
+        let started = Instant::now();
+        let config = &*self.config;
+        let label = config.label();
+        let event = record.to_event(&config.stream);
+        let policy = retry_policy(&config.policy);
+        let mut unavailable_rounds = 0u32;
+        let outcome = loop {
+            let o = tokio::select! {
+                o = self.invoker.invoke_with_retry(&config.target, &event, &policy) => o,
+                _ = cancel.cancelled() => return None,
+            };
+            if o.attempts > 1 {
+                self.metrics.delivery(
+                    &label,
+                    &config.function,
+                    outcome::RETRY,
+                    u64::from(o.attempts - 1),
+                );
+            }
+            if o.is_success() {
+                self.finish(&label, started, outcome::SUCCESS);
+                return Some(Finished::Delivered);
+            }
+            if !function_unavailable(&o) {
+                break o;
+            }
+            unavailable_rounds += 1;
+            if unavailable_rounds == 1 || unavailable_rounds.is_multiple_of(10) {
+                tracing::warn!(
+                    trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
+                    error = o.error.as_ref().map(|e| e.to_string()),
+                    "function unavailable; holding the shard until it answers"
+                );
+            }
+            let wait = policy.base_backoff(unavailable_rounds).min(self.max_wait);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return None,
+            }
+        };
+        let error = outcome
+            .error
+            .as_ref()
+            .map(|e| format!("{}: {e}", e.metric_label()))
+            .unwrap_or_default();
+        let Some(dlq) = config.dead_letter_stream.as_deref() else {
+            tracing::error!(
+                trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
+                attempts = outcome.attempts, %error,
+                "delivery failed and the trigger has no deadLetterStream: record SKIPPED"
+            );
+            self.finish(&label, started, outcome::SKIPPED);
+            return Some(Finished::Skipped);
+        };
+        let letter = DeadLetter::new(config, record, &outcome, error.clone());
+        let body = match serde_json::to_vec(&letter) {
+            Ok(b) => b,
+            Err(e) => {
+                // Serialising plain strings and numbers cannot fail; if it did, skip loudly.
+                tracing::error!(trigger = %label, error = %e, "encoding a dead letter failed: record SKIPPED");
+                self.finish(&label, started, outcome::SKIPPED);
+                return Some(Finished::Skipped);
+            }
+        };
+        let mut put_attempt = 0u32;
+        loop {
+            put_attempt += 1;
+            let put = self
+                .kinesis
+                .put_record()
+                .stream_name(dlq)
+                .partition_key(&record.partition_key)
+                .data(Blob::new(body.clone()))
+                .send();
+            let r = tokio::select! {
+                r = put => r,
+                _ = cancel.cancelled() => return None,
+            };
+            match r {
+                Ok(_) => {
+                    tracing::warn!(
+                        trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
+                        attempts = outcome.attempts, %error, dead_letter_stream = dlq,
+                        "delivery failed; record put to the dead-letter stream"
+                    );
+                    self.finish(&label, started, outcome::DEAD_LETTER);
+                    return Some(Finished::DeadLettered);
+                }
+                Err(e) => tracing::error!(
+                    trigger = %label, dead_letter_stream = dlq, attempt = put_attempt,
+                    error = %crate::aws::describe(&e),
+                    "putting to the dead-letter stream failed; retrying (the shard waits)"
+                ),
+            }
+            let wait = (Duration::from_millis(500) * 2u32.saturating_pow(put_attempt.min(8)))
+                .min(self.max_wait);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return None,
+            }
+        }
+    }
+
+    fn finish(&self, label: &str, started: Instant, what: &'static str) {
+        self.metrics.delivery(label, &self.config.function, what, 1);
+        self.metrics.observe_latency(
+            label,
+            &self.config.function,
+            started.elapsed().as_secs_f64(),
+        );
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_carries_the_record_coordinates() {
+        let r = Record {
+            shard_id: "shardId-000000000001".into(),
+            sequence_number: "4959".into(),
+            partition_key: "user-7".into(),
+            data: Bytes::from_static(br#"{"n":1}"#),
+        };
+        let e = r.to_event("orders");
+        assert_eq!(e.event_namespace, EVENT_NAMESPACE);
+        assert_eq!(e.event_id.as_deref(), Some("shardId-000000000001-4959"));
+        assert_eq!(e.body.as_deref(), Some(&br#"{"n":1}"#[..]));
+        let h = |n: &str| e.headers.get(n).map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(h(headers::STREAM).as_deref(), Some("orders"));
+        assert_eq!(
+            h(headers::SHARD_ID).as_deref(),
+            Some("shardId-000000000001")
+        );
+        assert_eq!(h(headers::PARTITION_KEY).as_deref(), Some("user-7"));
+        assert_eq!(h(headers::SEQUENCE_NUMBER).as_deref(), Some("4959"));
+
+        // A partition key that is no valid header value is left out, not fatal.
+        let odd = Record {
+            partition_key: "a\nb".into(),
+            ..r
+        };
+        let e = odd.to_event("orders");
+        assert!(e.headers.get(headers::PARTITION_KEY).is_none());
+    }
+
+    #[test]
+    fn dead_letter_round_trips_the_data() {
+        let l = DeadLetter {
+            stream: "s".into(),
+            shard_id: "x".into(),
+            sequence_number: "1".into(),
+            partition_key: "k".into(),
+            data: base64::engine::general_purpose::STANDARD.encode(b"\x00hello"),
+            attempts: 3,
+            last_status: Some(500),
+            error: "status_5xx".into(),
+            function: "ns/f".into(),
+            trigger: "ns/t".into(),
+        };
+        let json = serde_json::to_string(&l).unwrap();
+        assert!(json.contains("\"lastStatus\":500"), "{json}");
+        let back: DeadLetter = serde_json::from_str(&json).unwrap();
+        assert_eq!(back.original_data().unwrap(), b"\x00hello");
+        assert_eq!(back, l);
+    }
+}

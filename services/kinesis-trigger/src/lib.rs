@@ -1,0 +1,316 @@
+//! Kubeless kinesis-trigger: delivers the records of a Kinesis stream to the function each
+//! KinesisTrigger names, at least once and in order per shard, resuming from checkpoints.
+//!
+//! * [`plan`]: pure, (triggers, functions) -> one reader configuration per trigger or a problem.
+//! * [`reconciler`]: watches both kinds, starts/stops [`trigger`] readers, writes status.
+//! * [`trigger`]: one trigger: credentials, checkpoint store, ListShards, a [`reader`] per shard.
+//! * [`shards`]: pure, which shards may be read now (parents before children) and from where.
+//! * [`reader`]: one shard: GetRecords within the limits, deliver, checkpoint.
+//! * [`deliver`]: one record -> the function call with retries, dead letter or skip.
+//! * [`checkpoint`]: the ConfigMap `<trigger>-kinesis-checkpoints`, coalesced writes.
+//!
+//! [`serve`] is what the binary runs under the kubeless-service scaffold; [`run`] is the
+//! library entry point tests call.
+
+pub mod aws;
+pub mod checkpoint;
+pub mod deliver;
+pub mod metrics;
+pub mod plan;
+pub mod reader;
+pub mod reconciler;
+pub mod shards;
+pub mod trigger;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kubeless_invoke::{ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+pub use reader::Polling;
+pub use trigger::Timing;
+
+/// Name of the service (OTel service name, default Lease name).
+pub const SERVICE_NAME: &str = "kinesis-trigger";
+
+/// Errors that stop the service.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("creating the Kubernetes client failed")]
+    Client(#[source] kube::Error),
+}
+
+/// How function endpoints are found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EndpointResolution {
+    /// `http://<fn>.<ns>.svc.<cluster-domain>:<port>` through the Service's cluster IP.
+    Dns,
+    /// The Service's EndpointSlices, balanced per call across ready pods (needs list/watch on
+    /// endpointslices).
+    Endpointslices,
+}
+
+/// This service's flags (besides the shared ones).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TriggerArgs {
+    /// How to find a function's pods.
+    #[arg(
+        long = "endpoint-resolution",
+        env = "KUBELESS_ENDPOINT_RESOLUTION",
+        value_enum,
+        default_value_t = EndpointResolution::Endpointslices
+    )]
+    pub endpoint_resolution: EndpointResolution,
+    /// Cluster DNS domain (with --endpoint-resolution dns).
+    #[arg(
+        long = "cluster-domain",
+        env = "KUBELESS_CLUSTER_DOMAIN",
+        default_value = "cluster.local"
+    )]
+    pub cluster_domain: String,
+    /// Seconds between full recomputations (retries status writes; watch events trigger one
+    /// at once).
+    #[arg(
+        long = "resync-seconds",
+        env = "KUBELESS_RESYNC_SECONDS",
+        default_value_t = 30
+    )]
+    pub resync_seconds: u64,
+    /// Least milliseconds between two GetRecords calls on one shard (Kinesis allows 5 per
+    /// second per shard; values below 200 are raised to 200).
+    #[arg(
+        long = "poll-interval-ms",
+        env = "KUBELESS_KINESIS_POLL_INTERVAL_MS",
+        default_value_t = 250
+    )]
+    pub poll_interval_ms: u64,
+    /// Milliseconds to wait after a GetRecords call that returned nothing.
+    #[arg(
+        long = "idle-poll-interval-ms",
+        env = "KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS",
+        default_value_t = 1000
+    )]
+    pub idle_poll_interval_ms: u64,
+    /// GetRecords `Limit` (1..=10000).
+    #[arg(
+        long = "records-limit",
+        env = "KUBELESS_KINESIS_RECORDS_LIMIT",
+        default_value_t = 1000
+    )]
+    pub records_limit: i32,
+    /// Seconds between ListShards calls (finds the children of a split or merge).
+    #[arg(
+        long = "list-shards-seconds",
+        env = "KUBELESS_KINESIS_LIST_SHARDS_SECONDS",
+        default_value_t = 10
+    )]
+    pub list_shards_seconds: u64,
+    /// Checkpoint writes are coalesced to at most one per this many milliseconds (a crash
+    /// redelivers what finished within the last interval).
+    #[arg(
+        long = "checkpoint-interval-ms",
+        env = "KUBELESS_KINESIS_CHECKPOINT_INTERVAL_MS",
+        default_value_t = 1000
+    )]
+    pub checkpoint_interval_ms: u64,
+}
+
+impl TriggerArgs {
+    /// The timing settings the flags describe, clamped to the service limits.
+    pub fn timing(&self) -> Timing {
+        let d = Timing::default();
+        Timing {
+            polling: Polling {
+                min_interval: Duration::from_millis(self.poll_interval_ms.max(200)),
+                idle_interval: Duration::from_millis(
+                    self.idle_poll_interval_ms
+                        .max(self.poll_interval_ms.max(200)),
+                ),
+                records_limit: self.records_limit.clamp(1, 10_000),
+                max_backoff: d.polling.max_backoff,
+            },
+            list_shards_interval: Duration::from_secs(self.list_shards_seconds.max(1)),
+            checkpoint_interval: Duration::from_millis(self.checkpoint_interval_ms.max(50)),
+            max_backoff: d.max_backoff,
+        }
+    }
+}
+
+/// The whole command line.
+#[derive(Debug, clap::Parser)]
+#[command(name = "kinesis-trigger", version, about = "Kubeless kinesis-trigger")]
+pub struct Cli {
+    /// Flags every kubeless service has (`--leader-elect` makes this one active replica).
+    #[command(flatten)]
+    pub service: kubeless_service::ServiceArgs,
+    /// This service's flags.
+    #[command(flatten)]
+    pub trigger: TriggerArgs,
+}
+
+/// Where function endpoints come from.
+#[derive(Clone)]
+pub enum Resolution {
+    Dns {
+        cluster_domain: String,
+    },
+    EndpointSlices,
+    /// A resolver the caller built (tests).
+    Custom(Arc<dyn Resolve>),
+}
+
+/// Resolved settings of [`run`].
+#[derive(Clone)]
+pub struct Settings {
+    /// Only this namespace; all when `None`.
+    pub namespace: Option<String>,
+    pub resolution: Resolution,
+    pub resync: Duration,
+    pub timing: Timing,
+}
+
+impl Settings {
+    /// All namespaces, default timing, 30 s resync.
+    pub fn new(resolution: Resolution) -> Self {
+        Self {
+            namespace: None,
+            resolution,
+            resync: Duration::from_secs(30),
+            timing: Timing::default(),
+        }
+    }
+}
+
+/// What the binary runs under [`kubeless_service::run`].
+pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<(), Error> {
+    let timing = args.timing();
+    let TriggerArgs {
+        endpoint_resolution,
+        cluster_domain,
+        resync_seconds,
+        poll_interval_ms: _,
+        idle_poll_interval_ms: _,
+        records_limit: _,
+        list_shards_seconds: _,
+        checkpoint_interval_ms: _,
+    } = args;
+    let client = match ctx.kube_client.clone() {
+        Some(c) => c,
+        None => Client::try_default().await.map_err(Error::Client)?,
+    };
+    let settings = Settings {
+        namespace: ctx.config.watch_namespace.clone(),
+        resolution: match endpoint_resolution {
+            EndpointResolution::Dns => Resolution::Dns { cluster_domain },
+            EndpointResolution::Endpointslices => Resolution::EndpointSlices,
+        },
+        resync: Duration::from_secs(resync_seconds.max(1)),
+        timing,
+    };
+    let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone());
+    let mut synced = running.synced.clone();
+    let readiness = ctx.readiness.clone();
+    tokio::spawn(async move {
+        if synced.wait_for(|s| *s).await.is_ok() {
+            readiness.set_ready(true);
+        }
+    });
+    running.join().await;
+    Ok(())
+}
+
+/// A started service instance.
+pub struct Running {
+    /// `true` once the caches are synced and the first reconcile pass ran.
+    pub synced: watch::Receiver<bool>,
+    reconciler: AbortOnDropHandle<()>,
+    /// Runs until dropped.
+    endpoint_watch: Option<AbortOnDropHandle<()>>,
+    active: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Running {
+    /// Waits until the reconciler stopped (after the shutdown token is cancelled and every
+    /// reader flushed its checkpoints).
+    pub async fn join(self) {
+        let Self {
+            reconciler,
+            endpoint_watch,
+            ..
+        } = self;
+        if let Err(e) = reconciler.await
+            && e.is_panic()
+        {
+            tracing::warn!("the reconciler panicked");
+        }
+        drop(endpoint_watch);
+    }
+
+    /// Triggers whose reader is running (after the last reconcile pass).
+    pub fn active_triggers(&self) -> usize {
+        self.active.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until the first reconcile pass is done.
+    pub async fn wait_synced(&mut self) {
+        let _ = self.synced.wait_for(|s| *s).await;
+    }
+
+    /// Kills everything at once, without flushing checkpoints: what a crash does. For tests.
+    pub fn abort(self) {
+        drop(self);
+    }
+}
+
+/// Starts the reconciler (and the EndpointSlice watch when configured); stops when
+/// `shutdown` is cancelled.
+pub fn run(
+    client: Client,
+    settings: Settings,
+    metrics: &kubeless_service::Metrics,
+    shutdown: CancellationToken,
+) -> Running {
+    let mut endpoint_watch = None;
+    let resolver: Arc<dyn Resolve> = match settings.resolution {
+        Resolution::Dns { cluster_domain } => Arc::new(ClusterDnsResolver::new(cluster_domain)),
+        Resolution::EndpointSlices => {
+            let r = Arc::new(EndpointSliceResolver::default());
+            endpoint_watch = Some(AbortOnDropHandle::new(
+                r.spawn_watch(client.clone(), settings.namespace.as_deref()),
+            ));
+            r
+        }
+        Resolution::Custom(r) => r,
+    };
+    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let reconciler = reconciler::Reconciler {
+        shared: trigger::Shared {
+            client,
+            invoker: Invoker::new(resolver),
+            metrics: metrics::TriggerMetrics::register(metrics),
+            timing: settings.timing,
+            changed: Arc::new(Notify::new()),
+        },
+        namespace: settings.namespace,
+        resync: settings.resync,
+        active: Arc::clone(&active),
+    };
+    let (synced_tx, synced) = watch::channel(false);
+    let main = tokio::spawn(async move {
+        reconciler
+            .run(shutdown, move || {
+                synced_tx.send_replace(true);
+            })
+            .await
+    });
+    Running {
+        synced,
+        reconciler: AbortOnDropHandle::new(main),
+        endpoint_watch,
+        active,
+    }
+}

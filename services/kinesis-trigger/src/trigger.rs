@@ -1,0 +1,284 @@
+//! One trigger's stream reader: credentials, checkpoints, ListShards every few seconds, one
+//! [`ShardReader`] per shard that may be read now (children after their parents), restarts
+//! with backoff when the stream or the Secret is missing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kubeless_invoke::Invoker;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::aws::{self, ReaderError};
+use crate::checkpoint::{CheckpointStore, owner_reference};
+use crate::deliver::Deliverer;
+use crate::metrics::TriggerMetrics;
+use crate::plan::{ReaderConfig, checkpoint_configmap_name};
+use crate::reader::{Polling, ShardExit, ShardReader};
+use crate::shards::{Checkpoint, Decision, StartSettings, decide};
+
+/// What a trigger's reader is doing (shown in the trigger's status).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReaderState {
+    Starting,
+    /// Reading these shards (sorted).
+    Running {
+        shards: Vec<String>,
+    },
+    Failed {
+        reason: &'static str,
+        message: String,
+    },
+}
+
+/// Timing settings of every trigger.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub polling: Polling,
+    /// ListShards period (finds children after a split or merge).
+    pub list_shards_interval: Duration,
+    /// Checkpoint writes are coalesced to at most one per interval.
+    pub checkpoint_interval: Duration,
+    /// Cap of the wait between setup attempts and "function unavailable" rounds.
+    pub max_backoff: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Self {
+            polling: Polling::default(),
+            list_shards_interval: Duration::from_secs(10),
+            checkpoint_interval: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every trigger reader shares.
+#[derive(Clone)]
+pub struct Shared {
+    pub client: Client,
+    pub invoker: Invoker,
+    pub metrics: TriggerMetrics,
+    pub timing: Timing,
+    /// Notified when a reader's state changes (the reconciler then writes status).
+    pub changed: Arc<Notify>,
+}
+
+/// A running trigger reader.
+pub struct TriggerReader {
+    pub config: Arc<ReaderConfig>,
+    pub state: watch::Receiver<ReaderState>,
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl TriggerReader {
+    pub fn spawn(shared: Shared, config: ReaderConfig) -> Self {
+        let config = Arc::new(config);
+        let (tx, state) = watch::channel(ReaderState::Starting);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(supervise(shared, Arc::clone(&config), tx, cancel.clone()));
+        Self {
+            config,
+            state,
+            cancel,
+            task,
+        }
+    }
+
+    /// Stops the shard readers (a delivery in progress is abandoned and redelivered later) and
+    /// writes the last checkpoints.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        if let Err(e) = self.task.await
+            && e.is_panic()
+        {
+            tracing::error!(trigger = %self.config.label(), "trigger reader panicked");
+        }
+    }
+}
+
+async fn supervise(
+    shared: Shared,
+    config: Arc<ReaderConfig>,
+    state: watch::Sender<ReaderState>,
+    cancel: CancellationToken,
+) {
+    let label = config.label();
+    let mut failures = 0u32;
+    loop {
+        match run_once(&shared, &config, &state, &cancel).await {
+            Ok(()) => break,
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(trigger = %label, reason = e.reason(), error = %error_chain(&e), "stream reader failed; retrying");
+                let failed = ReaderState::Failed {
+                    reason: e.reason(),
+                    message: error_chain(&e),
+                };
+                if state.send_replace(failed.clone()) != failed {
+                    shared.changed.notify_one();
+                }
+            }
+        }
+        let wait = (Duration::from_secs(1) * 2u32.saturating_pow(failures.min(6)))
+            .min(shared.timing.max_backoff);
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = cancel.cancelled() => break,
+        }
+    }
+    shared.metrics.set_shards(&label, 0);
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+struct Running {
+    cancel: CancellationToken,
+    task: JoinHandle<ShardExit>,
+}
+
+/// One life of a trigger's reader: returns `Ok` when cancelled, `Err` when it must start over.
+async fn run_once(
+    shared: &Shared,
+    config: &Arc<ReaderConfig>,
+    state: &watch::Sender<ReaderState>,
+    cancel: &CancellationToken,
+) -> Result<(), ReaderError> {
+    let label = config.label();
+    let credentials =
+        aws::credentials(&shared.client, &config.namespace, config.secret.as_deref()).await?;
+    let kinesis = aws::client(config, credentials);
+    // Fails fast with StreamNotFound before anything is created.
+    let mut listing = aws::list_shards(&kinesis, &config.stream).await?;
+    let cm_name = checkpoint_configmap_name(&config.trigger);
+    let store = CheckpointStore::load(
+        shared.client.clone(),
+        &config.namespace,
+        &cm_name,
+        owner_reference(&config.trigger, &config.trigger_uid),
+    )
+    .await
+    .map_err(|source| ReaderError::Checkpoints {
+        name: cm_name.clone(),
+        source,
+    })?;
+    let flush_cancel = CancellationToken::new();
+    let writes = shared.metrics.checkpoint_writes.clone();
+    let flusher = tokio::spawn(Arc::clone(&store).run_flusher(
+        shared.timing.checkpoint_interval,
+        flush_cancel.clone(),
+        move |ok| {
+            writes
+                .get_or_create(&[("result", if ok { "ok" } else { "error" })])
+                .inc();
+        },
+    ));
+    let deliverer = Arc::new(Deliverer {
+        invoker: shared.invoker.clone(),
+        kinesis: kinesis.clone(),
+        config: Arc::clone(config),
+        metrics: shared.metrics.clone(),
+        max_wait: shared.timing.max_backoff,
+    });
+    let start = StartSettings {
+        position: config.starting,
+        timestamp_ms: config.starting_timestamp_ms,
+    };
+    let reader_done = Arc::new(Notify::new());
+    let mut readers: BTreeMap<String, Running> = BTreeMap::new();
+    let result = 'outer: loop {
+        for (shard, decision) in decide(&listing, &store.snapshot(), start, config.shard.as_deref())
+        {
+            match decision {
+                Decision::Skip => store.set_urgent(&shard, Checkpoint::Skipped),
+                Decision::Read(from) if !readers.contains_key(&shard) => {
+                    tracing::info!(trigger = %label, shard = %shard, start = ?from, "reading shard");
+                    let reader = ShardReader {
+                        shard_id: shard.clone(),
+                        kinesis: kinesis.clone(),
+                        deliverer: Arc::clone(&deliverer),
+                        store: Arc::clone(&store),
+                        polling: shared.timing.polling,
+                    };
+                    let token = cancel.child_token();
+                    let done = Arc::clone(&reader_done);
+                    let t = token.clone();
+                    let task = tokio::spawn(async move {
+                        let exit = reader.run(from, t).await;
+                        done.notify_one();
+                        exit
+                    });
+                    readers.insert(
+                        shard,
+                        Running {
+                            cancel: token,
+                            task,
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
+        let shards: Vec<String> = readers.keys().cloned().collect();
+        shared.metrics.set_shards(&label, shards.len());
+        let now = ReaderState::Running { shards };
+        if *state.borrow() != now {
+            state.send_replace(now);
+            shared.changed.notify_one();
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.timing.list_shards_interval) => {}
+            _ = reader_done.notified() => {}
+            _ = cancel.cancelled() => break Ok(()),
+        }
+        let finished: Vec<String> = readers
+            .iter()
+            .filter(|(_, r)| r.task.is_finished())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for shard in finished {
+            let Some(r) = readers.remove(&shard) else {
+                continue;
+            };
+            shared.metrics.forget_shard(&label, &shard);
+            match r.task.await {
+                Ok(ShardExit::Failed(e)) => break 'outer Err(e),
+                Ok(ShardExit::Drained) => {
+                    tracing::info!(trigger = %label, shard = %shard, "shard drained");
+                }
+                Ok(ShardExit::Cancelled) => {}
+                Err(e) => {
+                    tracing::error!(trigger = %label, shard = %shard, error = %e, "shard reader panicked; restarting it")
+                }
+            }
+        }
+        match aws::list_shards(&kinesis, &config.stream).await {
+            Ok(l) => listing = l,
+            Err(e) => break Err(e),
+        }
+    };
+    for r in readers.values() {
+        r.cancel.cancel();
+    }
+    for (shard, r) in readers {
+        let _ = r.task.await;
+        shared.metrics.forget_shard(&label, &shard);
+    }
+    flush_cancel.cancel();
+    let _ = flusher.await;
+    result
+}
