@@ -565,6 +565,9 @@ impl Store {
         }
         obj["apiVersion"] = json!(api_version);
         obj["kind"] = json!(def.kind);
+        if def.gr.group.is_empty() && def.kind == "Secret" {
+            fold_string_data(obj);
+        }
         if !obj.get("metadata").is_some_and(Value::is_object) {
             obj["metadata"] = json!({});
         }
@@ -1319,4 +1322,50 @@ fn crd_status(crd: &Value) -> Value {
         ],
         "storedVersions": stored,
     })
+}
+
+/// `stringData` is write-only, as on the real server: its entries are base64-encoded into `data`
+/// (winning over the same key there) and the field is dropped, so readers only ever see `data`.
+fn fold_string_data(obj: &mut Value) {
+    use base64::Engine as _;
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    if !map.get("data").is_some_and(Value::is_object) {
+        map.insert("data".into(), json!({}));
+    }
+    if let Some(Value::Object(data)) = map.get_mut("data") {
+        for (key, value) in strings {
+            let text = match value {
+                Value::String(s) => s,
+                other => other.to_string(),
+            };
+            data.insert(
+                key,
+                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod string_data_tests {
+    use super::*;
+
+    #[test]
+    fn string_data_becomes_base64_data() {
+        let mut secret = json!({
+            "kind": "Secret",
+            "data": {"kept": "a2VwdA==", "both": "b2xk"},
+            "stringData": {"both": "new", "plain": "hello"}
+        });
+        fold_string_data(&mut secret);
+        assert_eq!(
+            secret,
+            json!({"kind": "Secret", "data": {"kept": "a2VwdA==", "both": "bmV3", "plain": "aGVsbG8="}})
+        );
+    }
 }
