@@ -31,7 +31,13 @@ fn bin_dir() -> PathBuf {
     if !dir.join("kubeless-runtime").exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = std::process::Command::new(cargo)
-            .args(["build", "-p", "kubeless-runtime", "--bin", "kubeless-runtime"])
+            .args([
+                "build",
+                "-p",
+                "kubeless-runtime",
+                "--bin",
+                "kubeless-runtime",
+            ])
             .status()
             .expect("running cargo to build kubeless-runtime");
         assert!(
@@ -67,11 +73,25 @@ fn image_map(into: &Path) -> PathBuf {
 /// kubeless-runtime, Service, and the Function object.
 async fn deploy_python_function(client: &kube::Client, name: &str) {
     let labels = json!({"function": name, "created-by": "kubeless", "topic": "greetings"});
-    create_dynamic(client, "", "v1", "ConfigMap", "configmaps", json!({
+    create_dynamic(
+        client,
+        "",
+        "v1",
+        "ConfigMap",
+        "configmaps",
+        json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": name, "labels": labels},
-        "data": {"greet.py": HANDLER}})).await;
-    create_dynamic(client, "apps", "v1", "Deployment", "deployments", json!({
+        "data": {"greet.py": HANDLER}}),
+    )
+    .await;
+    create_dynamic(
+        client,
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "labels": labels},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"function": name}},
@@ -90,7 +110,9 @@ async fn deploy_python_function(client: &kube::Client, name: &str) {
               "ports": [{"name": "http", "containerPort": 8080}],
               "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1},
               "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
-            "volumes": [{"name": "code", "configMap": {"name": name}}]}}}})).await;
+            "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
+    )
+    .await;
     create_dynamic(client, "", "v1", "Service", "services", json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "labels": labels},
@@ -103,7 +125,10 @@ async fn deploy_python_function(client: &kube::Client, name: &str) {
         "spec": {"runtime": "python3.11", "handler": "greet.handler", "timeout": "10", "function": HANDLER}
     }))
     .unwrap();
-    functions.create(&kube::api::PostParams::default(), &f).await.unwrap();
+    functions
+        .create(&kube::api::PostParams::default(), &f)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,21 +152,37 @@ async fn nats_request_reaches_a_real_python_function_pod() {
 
     let caller = nats_server.client().await;
     // 502 (no endpoints) until the pod is ready; bounded by the deadline.
-    let answer = eventually("the function pod to answer", Duration::from_secs(90), || {
-        let caller = caller.clone();
-        async move {
-            let mut h = async_nats::HeaderMap::new();
-            h.insert("X-Tenant", "acme");
-            let req = caller.request_with_headers("greetings.hello", h, r#"{"name":"nats"}"#.into());
-            let msg = tokio::time::timeout(Duration::from_secs(15), req).await.ok()?.ok()?;
-            let status = msg.headers.as_ref()?.get("Kubeless-Status")?.as_str().to_string();
-            if status != "200" {
-                eprintln!("waiting: {status} {}", String::from_utf8_lossy(&msg.payload));
-                return None;
+    let answer = eventually(
+        "the function pod to answer",
+        Duration::from_secs(90),
+        || {
+            let caller = caller.clone();
+            async move {
+                let mut h = async_nats::HeaderMap::new();
+                h.insert("X-Tenant", "acme");
+                let req =
+                    caller.request_with_headers("greetings.hello", h, r#"{"name":"nats"}"#.into());
+                let msg = tokio::time::timeout(Duration::from_secs(15), req)
+                    .await
+                    .ok()?
+                    .ok()?;
+                let status = msg
+                    .headers
+                    .as_ref()?
+                    .get("Kubeless-Status")?
+                    .as_str()
+                    .to_string();
+                if status != "200" {
+                    eprintln!(
+                        "waiting: {status} {}",
+                        String::from_utf8_lossy(&msg.payload)
+                    );
+                    return None;
+                }
+                Some(msg)
             }
-            Some(msg)
-        }
-    })
+        },
+    )
     .await;
     let body: serde_json::Value = serde_json::from_slice(&answer.payload).unwrap();
     assert_eq!(body["data"], json!({"name": "nats"}), "{body}");

@@ -68,7 +68,7 @@ async fn fan_out_to_two_functions_with_two_replicas() {
         h.insert("X-Order", i.to_string().as_str());
         publisher
             .publish_with_headers(
-                format!("orders.{}", if i % 2 == 0 { "eu" } else { "us" }),
+                format!("orders.{}", if i.is_multiple_of(2) { "eu" } else { "us" }),
                 h,
                 format!("m{i}").into(),
             )
@@ -98,7 +98,11 @@ async fn fan_out_to_two_functions_with_two_replicas() {
             let body = String::from_utf8_lossy(&r.body).into_owned();
             let i: usize = body[1..].parse().unwrap();
             assert_eq!(r.headers["event-namespace"], "natstriggers.kubeless.io");
-            let want_topic = if i % 2 == 0 { "orders.eu" } else { "orders.us" };
+            let want_topic = if i.is_multiple_of(2) {
+                "orders.eu"
+            } else {
+                "orders.us"
+            };
             assert_eq!(r.headers["event-topic"], want_topic);
             assert_eq!(r.headers["x-order"], i.to_string().as_str());
             assert!(!r.headers["event-id"].is_empty());
