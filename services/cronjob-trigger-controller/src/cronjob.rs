@@ -207,15 +207,23 @@ pub fn invoker_args(
     Ok(args)
 }
 
-fn labels(trigger: &CronJobTrigger, cronjob: &str) -> BTreeMap<String, String> {
+/// Labels of the Jobs and Pods. Never `function=<name>`: the function's Service selects its
+/// pods by that label, and the invoker Pod must not become an endpoint of the function.
+fn run_labels(cronjob: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (CREATED_BY.to_string(), CREATED_BY_VALUE.to_string()),
-        (
-            FUNCTION.to_string(),
-            trigger.spec.function_name.trim().to_string(),
-        ),
         (CRONJOB_LABEL.to_string(), cronjob.to_string()),
     ])
+}
+
+/// Labels of the CronJob itself: also the function it calls, as Kubeless's children have.
+fn cronjob_labels(trigger: &CronJobTrigger, cronjob: &str) -> BTreeMap<String, String> {
+    let mut l = run_labels(cronjob);
+    l.insert(
+        FUNCTION.to_string(),
+        trigger.spec.function_name.trim().to_string(),
+    );
+    l
 }
 
 fn quantities(cpu: &str, memory: &str) -> BTreeMap<String, Quantity> {
@@ -243,7 +251,7 @@ pub fn build_cronjob(
         .ok_or(BuildError::Unsaved)?;
     let ns = trigger.namespace().ok_or(BuildError::Unsaved)?;
     let name = cronjob_name(&trigger.name_any());
-    let labels = labels(trigger, &name);
+    let labels = run_labels(&name);
     let args = invoker_args(trigger, &call, &policy, cfg)?;
 
     // Job name as event-id: the same for every attempt of one scheduled run.
@@ -313,9 +321,9 @@ pub fn build_cronjob(
     };
     Ok(CronJob {
         metadata: ObjectMeta {
+            labels: Some(cronjob_labels(trigger, &name)),
             name: Some(name),
             namespace: Some(ns),
-            labels: Some(labels.clone()),
             owner_references: Some(vec![owner]),
             ..Default::default()
         },

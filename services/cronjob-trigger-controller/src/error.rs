@@ -16,9 +16,14 @@ pub enum Error {
     },
     #[error("the CronJobTrigger {0} has no namespace")]
     NoNamespace(String),
-    #[error("invalid configuration: {0}")]
-    Config(String),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
 }
+
+/// A flag value the service cannot use.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {0}")]
+pub struct ConfigError(pub String);
 
 impl Error {
     /// Short, stable label for metrics.

@@ -28,7 +28,7 @@ use kubeless_invoke::{EndpointSliceResolver, Invoker};
 use kubeless_service::ServiceArgs;
 use tokio_util::sync::CancellationToken;
 
-pub use error::Error;
+pub use error::{ConfigError, Error};
 
 use crate::controller::Mode;
 use crate::cronjob::BuilderConfig;
@@ -125,7 +125,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn from_args(args: ControllerArgs, namespace: Option<String>) -> Result<Self, Error> {
+    pub fn from_args(args: ControllerArgs, namespace: Option<String>) -> Result<Self, ConfigError> {
         let ControllerArgs {
             scheduler_mode,
             invoker_image,
@@ -136,7 +136,7 @@ impl Settings {
             invoker_service_account,
         } = args;
         if invoker_resolver == ResolverKind::Url {
-            return Err(Error::Config(
+            return Err(ConfigError(
                 "--invoker-resolver takes dns or endpointslices".to_string(),
             ));
         }
@@ -147,7 +147,7 @@ impl Settings {
                     extra_env.push((k.trim().to_string(), v.to_string()))
                 }
                 _ => {
-                    return Err(Error::Config(format!(
+                    return Err(ConfigError(format!(
                         "--invoker-env {kv:?} is not KEY=VALUE"
                     )));
                 }
@@ -261,7 +261,7 @@ mod tests {
     use super::*;
     use clap::Parser;
 
-    fn settings(extra: &[&str]) -> Result<Settings, Error> {
+    fn settings(extra: &[&str]) -> Result<Settings, ConfigError> {
         let mut argv = vec!["cronjob-trigger-controller"];
         argv.extend_from_slice(extra);
         Settings::from_args(Cli::try_parse_from(argv).unwrap().controller, None)
@@ -303,11 +303,11 @@ mod tests {
     fn bad_flags_are_errors() {
         assert!(matches!(
             settings(&["--invoker-env=NOEQUALS"]),
-            Err(Error::Config(_))
+            Err(ConfigError(_))
         ));
         assert!(matches!(
             settings(&["--invoker-resolver=url"]),
-            Err(Error::Config(_))
+            Err(ConfigError(_))
         ));
     }
 }

@@ -54,13 +54,9 @@ impl Default for SchedulerMetrics {
     fn default() -> Self {
         Self {
             invocations: Family::default(),
-            duration: Histogram::new(
-                [
-                    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                    180.0,
-                ]
-                .into_iter(),
-            ),
+            duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0,
+            ]),
             skipped: Counter::default(),
             replaced: Counter::default(),
         }

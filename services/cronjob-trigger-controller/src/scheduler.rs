@@ -369,12 +369,11 @@ async fn record(
         last_result: Some(run.result().to_string()),
         ..Owned::default()
     };
-    if let Some((_, patch)) = status::merge(&old, owned) {
-        if let Err(e) =
+    if let Some((_, patch)) = status::merge(&old, owned)
+        && let Err(e) =
             status::apply(&shared.client, ns, name, SCHEDULER_FIELD_MANAGER, &patch).await
-        {
-            tracing::warn!(namespace = %ns, trigger = %name, error = %e, "writing the run's status failed");
-        }
+    {
+        tracing::warn!(namespace = %ns, trigger = %name, error = %e, "writing the run's status failed");
     }
     if transition {
         let (type_, reason) = if run.succeeded {

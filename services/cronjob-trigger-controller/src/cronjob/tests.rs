@@ -111,6 +111,9 @@ fn name_owner_labels_and_schedule() {
         .as_ref()
         .unwrap();
     assert_eq!(pod_labels[CRONJOB_LABEL], "trigger-nightly");
+    // The function's Service selects `function=<name>`: the invoker must not match it.
+    assert!(!pod_labels.contains_key("function"));
+    assert!(!job_labels.contains_key("function"));
 }
 
 #[test]
