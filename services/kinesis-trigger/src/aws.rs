@@ -143,14 +143,16 @@ pub async fn list_shards(
             }
         })?;
         out.extend(page.shards().iter().map(|s| {
+            let ending = s
+                .sequence_number_range()
+                .and_then(|r| r.ending_sequence_number())
+                .map(str::to_string);
             ShardInfo {
                 id: s.shard_id().to_string(),
                 parent: s.parent_shard_id().map(str::to_string),
                 adjacent_parent: s.adjacent_parent_shard_id().map(str::to_string),
-                closed: s
-                    .sequence_number_range()
-                    .and_then(|r| r.ending_sequence_number())
-                    .is_some(),
+                closed: ending.is_some(),
+                ending,
             }
         }));
         match page.next_token() {

@@ -15,6 +15,13 @@ pub struct ShardInfo {
     pub adjacent_parent: Option<String>,
     /// Has an ending sequence number: no new records will arrive (split or merged away).
     pub closed: bool,
+    /// The ending sequence number of a closed shard (its last record).
+    pub ending: Option<String>,
+}
+
+/// Compares Kinesis sequence numbers (decimal strings of up to 128 bits, no leading zeros).
+pub fn seq_less(a: &str, b: &str) -> bool {
+    (a.len(), a) < (b.len(), b)
 }
 
 /// What the checkpoint ConfigMap says about one shard.
@@ -93,6 +100,10 @@ pub enum Decision {
     Done,
     /// Closed and the trigger starts at LATEST: mark it [`Checkpoint::Skipped`].
     Skip,
+    /// Closed and done up to its ending sequence number: mark it [`Checkpoint::End`] (and stop
+    /// its reader). Kinesis also says so by a missing NextShardIterator; emulators do not
+    /// always.
+    MarkEnd,
 }
 
 /// The trigger-wide start settings.
@@ -133,6 +144,9 @@ fn decide_one(
 ) -> Decision {
     match checkpoints.get(&s.id) {
         Some(c) if c.is_drained() => return Decision::Done,
+        Some(Checkpoint::After(seq)) if s.ending.as_deref().is_some_and(|e| !seq_less(seq, e)) => {
+            return Decision::MarkEnd;
+        }
         Some(Checkpoint::After(seq)) => return Decision::Read(Start::AfterSequence(seq.clone())),
         Some(Checkpoint::At(ms)) => return Decision::Read(Start::AtTimestamp(*ms)),
         _ => {}
@@ -180,6 +194,7 @@ mod tests {
             parent: parent.map(Into::into),
             adjacent_parent: adjacent.map(Into::into),
             closed,
+            ending: closed.then(|| "100".to_string()),
         }
     }
 
@@ -268,6 +283,33 @@ mod tests {
         assert_eq!(get(&d, "p"), Decision::Done);
         assert_eq!(get(&d, "c1"), Decision::Read(Start::TrimHorizon));
         assert_eq!(get(&d, "c2"), Decision::Read(Start::TrimHorizon));
+    }
+
+    #[test]
+    fn a_closed_shard_done_up_to_its_ending_sequence_is_drained() {
+        let listing = [
+            shard("p", None, None, true),
+            shard("c", Some("p"), None, false),
+        ];
+        let d = decide(
+            &listing,
+            &cps(&[("p", Checkpoint::After("99".into()))]),
+            TRIM,
+            None,
+        );
+        assert_eq!(
+            get(&d, "p"),
+            Decision::Read(Start::AfterSequence("99".into()))
+        );
+        let d = decide(
+            &listing,
+            &cps(&[("p", Checkpoint::After("100".into()))]),
+            TRIM,
+            None,
+        );
+        assert_eq!(get(&d, "p"), Decision::MarkEnd);
+        assert_eq!(get(&d, "c"), Decision::WaitForParents);
+        assert!(seq_less("99", "100") && !seq_less("100", "100") && seq_less("100", "101"));
     }
 
     #[test]

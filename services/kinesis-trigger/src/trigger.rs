@@ -9,8 +9,8 @@ use std::time::Duration;
 use kube::Client;
 use kubeless_invoke::Invoker;
 use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::aws::{self, ReaderError};
 use crate::checkpoint::{CheckpointStore, owner_reference};
@@ -73,7 +73,8 @@ pub struct TriggerReader {
     pub config: Arc<ReaderConfig>,
     pub state: watch::Receiver<ReaderState>,
     cancel: CancellationToken,
-    task: JoinHandle<()>,
+    /// Dropping the reader (a crash in tests) aborts it and, through it, its shard readers.
+    task: AbortOnDropHandle<()>,
 }
 
 impl TriggerReader {
@@ -81,7 +82,12 @@ impl TriggerReader {
         let config = Arc::new(config);
         let (tx, state) = watch::channel(ReaderState::Starting);
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(supervise(shared, Arc::clone(&config), tx, cancel.clone()));
+        let task = AbortOnDropHandle::new(tokio::spawn(supervise(
+            shared,
+            Arc::clone(&config),
+            tx,
+            cancel.clone(),
+        )));
         Self {
             config,
             state,
@@ -148,7 +154,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 
 struct Running {
     cancel: CancellationToken,
-    task: JoinHandle<ShardExit>,
+    task: AbortOnDropHandle<ShardExit>,
 }
 
 /// One life of a trigger's reader: returns `Ok` when cancelled, `Err` when it must start over.
@@ -178,7 +184,7 @@ async fn run_once(
     })?;
     let flush_cancel = CancellationToken::new();
     let writes = shared.metrics.checkpoint_writes.clone();
-    let flusher = tokio::spawn(Arc::clone(&store).run_flusher(
+    let flusher = AbortOnDropHandle::new(tokio::spawn(Arc::clone(&store).run_flusher(
         shared.timing.checkpoint_interval,
         flush_cancel.clone(),
         move |ok| {
@@ -186,7 +192,7 @@ async fn run_once(
                 .get_or_create(&[("result", if ok { "ok" } else { "error" })])
                 .inc();
         },
-    ));
+    )));
     let deliverer = Arc::new(Deliverer {
         invoker: shared.invoker.clone(),
         kinesis: kinesis.clone(),
@@ -205,6 +211,17 @@ async fn run_once(
         {
             match decision {
                 Decision::Skip => store.set_urgent(&shard, Checkpoint::Skipped),
+                Decision::MarkEnd => {
+                    // Everything up to the ending sequence number is done; nothing follows.
+                    store.set_urgent(&shard, Checkpoint::End);
+                    if let Some(r) = readers.remove(&shard) {
+                        r.cancel.cancel();
+                        let _ = r.task.await;
+                        shared.metrics.forget_shard(&label, &shard);
+                    }
+                    tracing::info!(trigger = %label, shard = %shard, "closed shard drained");
+                    reader_done.notify_one();
+                }
                 Decision::Read(from) if !readers.contains_key(&shard) => {
                     tracing::info!(trigger = %label, shard = %shard, start = ?from, "reading shard");
                     let reader = ShardReader {
@@ -217,11 +234,11 @@ async fn run_once(
                     let token = cancel.child_token();
                     let done = Arc::clone(&reader_done);
                     let t = token.clone();
-                    let task = tokio::spawn(async move {
+                    let task = AbortOnDropHandle::new(tokio::spawn(async move {
                         let exit = reader.run(from, t).await;
                         done.notify_one();
                         exit
-                    });
+                    }));
                     readers.insert(
                         shard,
                         Running {
