@@ -374,6 +374,10 @@ pub async fn run(
                 let functions: Vec<Function> =
                     fn_reader.state().iter().map(|f| (**f).clone()).collect();
                 let desired = plan::plan(&triggers, &functions, &defaults);
+                tracing::debug!(
+                    triggers = triggers.len(), functions = functions.len(),
+                    consumers = ?desired.consumers.keys().collect::<Vec<_>>(), "plan"
+                );
                 supervisor.apply(&desired.consumers).await;
                 groups_tx.send_replace(supervisor.groups());
                 ready_tx.send_replace(true);

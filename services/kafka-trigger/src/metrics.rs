@@ -113,21 +113,28 @@ impl TriggerMetrics {
             let [a, b, c] = base.clone();
             [a, b, c, ("outcome", o.to_string())]
         };
+        // One statement per lookup: `get_or_create` returns a read guard, and a second lookup
+        // that inserts while a guard of the same family is alive would deadlock.
+        let delivered = self
+            .deliveries
+            .get_or_create(&with_outcome(outcome::DELIVERED))
+            .clone();
+        let dead_lettered = self
+            .deliveries
+            .get_or_create(&with_outcome(outcome::DEAD_LETTERED))
+            .clone();
+        let skipped = self
+            .deliveries
+            .get_or_create(&with_outcome(outcome::SKIPPED))
+            .clone();
+        let retries = self.retries.get_or_create(&base).clone();
+        let latency = self.latency.get_or_create(&base).clone();
         ConsumerMetrics {
-            delivered: self
-                .deliveries
-                .get_or_create(&with_outcome(outcome::DELIVERED))
-                .clone(),
-            dead_lettered: self
-                .deliveries
-                .get_or_create(&with_outcome(outcome::DEAD_LETTERED))
-                .clone(),
-            skipped: self
-                .deliveries
-                .get_or_create(&with_outcome(outcome::SKIPPED))
-                .clone(),
-            retries: self.retries.get_or_create(&base).clone(),
-            latency: self.latency.get_or_create(&base).clone(),
+            delivered,
+            dead_lettered,
+            skipped,
+            retries,
+            latency,
             in_flight: self.in_flight.clone(),
             lag_family: self.lag.clone(),
             commit_failures: self.commit_failures.clone(),
