@@ -47,10 +47,11 @@ def main():
         print(json.dumps(problems, indent=2), file=sys.stderr)
         sys.exit("helm lint found problems")
 
-    chart = helm_python.Chart.load(str(CHART))
     default_values = yaml.safe_load((CHART / "values.yaml").read_text())
     summary = {"lint_messages": len(report.get("messages", [])), "cases": {}}
     for name, values in cases(default_values):
+        # A fresh load per case: rendering prunes disabled subcharts from the loaded chart in place.
+        chart = helm_python.Chart.load(str(CHART))
         rendered = chart.render(values=values, name="kubeless", namespace="kubeless", is_install=True)
         docs = [text for path, text in sorted(rendered.items()) if path.endswith((".yaml", ".yml")) and text.strip()]
         (out / f"{name}.yaml").write_text("\n---\n".join(docs))
