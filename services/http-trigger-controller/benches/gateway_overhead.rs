@@ -55,7 +55,14 @@ struct Stats {
 }
 
 /// `conns` keep-alive HTTP/1.1 connections, each sending requests back to back for `secs`.
-async fn load(addr: SocketAddr, host: &str, path: &str, conns: usize, secs: f64) -> Stats {
+async fn load(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    conns: usize,
+    secs: f64,
+    expect: Option<&'static [u8]>,
+) -> Stats {
     let deadline = Instant::now() + Duration::from_secs_f64(secs);
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -79,7 +86,9 @@ async fn load(addr: SocketAddr, host: &str, path: &str, conns: usize, secs: f64)
                 match sender.send_request(req).await {
                     Ok(resp) if resp.status().is_success() => {
                         let body = resp.into_body().collect().await.unwrap().to_bytes();
-                        assert_eq!(&body[..], BODY);
+                        if let Some(e) = expect {
+                            assert_eq!(&body[..], e);
+                        }
                         lat.push(t.elapsed());
                     }
                     _ => {
@@ -119,6 +128,80 @@ fn row(name: &str, s: &Stats) {
     );
 }
 
+/// Loads `function` directly and through the gateway at `gw_addr` (route `/<name>`).
+async fn compare(
+    gw_addr: SocketAddr,
+    function: SocketAddr,
+    name: &str,
+    conns: usize,
+    secs: f64,
+    expect: Option<&'static [u8]>,
+) {
+    let path = format!("/{name}");
+    // Warm both paths (connection pools, allocator) before measuring.
+    load(function, "fn", "/", conns, 0.5, expect).await;
+    load(gw_addr, "fn.example.com", &path, conns, 0.5, expect).await;
+    let direct = load(function, "fn", "/", conns, secs, expect).await;
+    let via = load(gw_addr, "fn.example.com", &path, conns, secs, expect).await;
+    row("direct", &direct);
+    row("gateway", &via);
+    println!(
+        "ratios: p50 {:.2}x direct (goal <= 1.3x), p99 {:.2}x, throughput {:.0}% of direct (goal >= 70%)",
+        via.p50.as_secs_f64() / direct.p50.as_secs_f64(),
+        via.p99.as_secs_f64() / direct.p99.as_secs_f64(),
+        100.0 * via.rps / direct.rps
+    );
+}
+
+fn route(name: &str) -> Route {
+    Route {
+        namespace: "default".into(),
+        trigger: name.into(),
+        host: Some("fn.example.com".into()),
+        prefix: format!("/{name}"),
+        cors: false,
+        basic_auth_secret: None,
+        target: Some(FunctionTarget::new("default", name).with_timeout(Duration::from_secs(30))),
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The release kubeless-runtime with the noop worker, when it has been built.
+async fn start_runtime(dir: &std::path::Path) -> Option<(tokio::process::Child, SocketAddr)> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("kubeless-runtime");
+    if !bin.exists() {
+        return None;
+    }
+    let port = free_port();
+    let child = tokio::process::Command::new(bin)
+        .env("KUBELESS_WORKER", "noop")
+        .env("KUBELESS_WORKERS", "2")
+        .env("FUNC_PORT", port.to_string())
+        .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
+        .env("KUBELESS_INSTALL_VOLUME", dir)
+        .env("KUBELESS_ACCESS_LOG", "false")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    for _ in 0..100 {
+        if TcpStream::connect(addr).await.is_ok() {
+            return Some((child, addr));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -132,41 +215,49 @@ fn main() {
         .unwrap();
     rt.block_on(async move {
         let token = CancellationToken::new();
+        let dir = tempfile::tempdir().unwrap();
         let echo = echo_server(token.clone()).await;
-        let resolver = Arc::new(StaticResolver::single(
-            Endpoint::parse(&format!("http://{echo}/")).unwrap(),
-        ));
-        let gw = Gateway::new(resolver, SecretStore::fixed([]), GatewayMetrics::default());
-        gw.set_routes(RouteTable::from_routes([Route {
-            namespace: "default".into(),
-            trigger: "echo".into(),
-            host: Some("echo.example.com".into()),
-            prefix: "/echo".into(),
-            cors: false,
-            basic_auth_secret: None,
-            target: Some(
-                FunctionTarget::new("default", "echo").with_timeout(Duration::from_secs(30)),
-            ),
-        }]));
+        let runtime = start_runtime(dir.path()).await;
+        let mut resolver = StaticResolver::default().with_function(
+            "default",
+            "echo",
+            vec![Endpoint::parse(&format!("http://{echo}/")).unwrap()],
+        );
+        let mut routes = vec![route("echo")];
+        if let Some((_, addr)) = &runtime {
+            resolver = resolver.with_function(
+                "default",
+                "runtime",
+                vec![Endpoint::parse(&format!("http://{addr}/")).unwrap()],
+            );
+            routes.push(route("runtime"));
+        }
+        let gw = Gateway::new(
+            Arc::new(resolver),
+            SecretStore::fixed([]),
+            GatewayMetrics::default(),
+        );
+        gw.set_routes(RouteTable::from_routes(routes));
         let (gw_addr, server) = gw
             .bind("127.0.0.1:0".parse().unwrap(), token.clone())
             .await
             .unwrap();
 
         println!("gateway overhead: {conns} connections, {secs} s per run, HTTP/1.1 keep-alive");
-        // Warm both paths (connection pools, allocator) before measuring.
-        load(echo, "echo", "/", conns, 0.5).await;
-        load(gw_addr, "echo.example.com", "/echo", conns, 0.5).await;
-        let direct = load(echo, "echo", "/", conns, secs).await;
-        let via = load(gw_addr, "echo.example.com", "/echo", conns, secs).await;
-        row("direct", &direct);
-        row("gateway", &via);
-        println!(
-            "ratios: p50 {:.2}x direct (goal <= 1.3x), p99 {:.2}x, throughput {:.0}% of direct (goal >= 70%)",
-            via.p50.as_secs_f64() / direct.p50.as_secs_f64(),
-            via.p99.as_secs_f64() / direct.p99.as_secs_f64(),
-            100.0 * via.rps / direct.rps
-        );
+        println!("-- function: a Rust echo server (the gateway's own cost, nothing to hide it)");
+        compare(gw_addr, echo, "echo", conns, secs, Some(BODY)).await;
+        match runtime {
+            Some((mut child, addr)) => {
+                println!(
+                    "-- function: kubeless-runtime serve, noop worker (the real function proxy)"
+                );
+                compare(gw_addr, addr, "runtime", conns, secs, None).await;
+                let _ = child.kill().await;
+            }
+            None => println!(
+                "-- skipped the kubeless-runtime case: `cargo build --release -p kubeless-runtime` first"
+            ),
+        }
         token.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     });

@@ -45,13 +45,10 @@ impl Default for GatewayMetrics {
     fn default() -> Self {
         Self {
             requests: Family::default(),
-            duration: Histogram::new(
-                [
-                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                    10.0,
-                ]
-                .into_iter(),
-            ),
+            duration: Histogram::new([
+                0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ]),
         }
     }
 }

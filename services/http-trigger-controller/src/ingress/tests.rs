@@ -250,7 +250,7 @@ fn tls_acme_per_gateway() {
         let a = ann(&i);
         assert_eq!(a[TLS_ACME], "true", "{gw}");
         assert_eq!(
-            a.get(NGINX_SSL_REDIRECT).is_some(),
+            a.contains_key(NGINX_SSL_REDIRECT),
             gw == "nginx",
             "ssl-redirect only for nginx ({gw})"
         );
