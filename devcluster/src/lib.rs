@@ -69,7 +69,10 @@ pub fn repo_images_dir() -> PathBuf {
 /// A running devcluster: API server plus (optionally) the pod runner.
 pub struct DevCluster {
     server: RunningServer,
-    runner: Option<(CancellationToken, JoinHandle<Result<(), devcluster_runner::Error>>)>,
+    runner: Option<(
+        CancellationToken,
+        JoinHandle<Result<(), devcluster_runner::Error>>,
+    )>,
 }
 
 impl DevCluster {
@@ -107,10 +110,19 @@ impl DevCluster {
                     source,
                 })?;
                 let client = server.client().await.map_err(Error::ApiServer)?;
+                // Pods have no service-account token here; the kubeconfig gives in-pod clients
+                // (kube's Client::try_default, kubectl) the same API access instead.
+                let extra_env = [(
+                    "KUBECONFIG".to_string(),
+                    server.kubeconfig_path().display().to_string(),
+                )]
+                .into_iter()
+                .collect();
                 let config = RunnerConfig {
                     image_map,
                     work_dir,
                     logs_dir,
+                    extra_env,
                     ..RunnerConfig::default()
                 };
                 let token = CancellationToken::new();
