@@ -66,6 +66,17 @@ pub fn repo_images_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("images.d")
 }
 
+/// A /16 of loopback addresses for this devcluster's pods, 127.<1..=254>.0.0, picked at random.
+/// Pods of one devcluster never share an address, but two devclusters on one machine (parallel
+/// tests, a test beside `devcluster up`) would if they used the same range, and their pods would
+/// then clash on the same ports.
+fn pod_ip_range() -> std::net::Ipv4Addr {
+    use std::hash::BuildHasher as _;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    let second = u8::try_from(seed % 254).unwrap_or(0) + 1;
+    std::net::Ipv4Addr::new(127, second, 0, 0)
+}
+
 /// A running devcluster: API server plus (optionally) the pod runner.
 pub struct DevCluster {
     server: RunningServer,
@@ -123,6 +134,7 @@ impl DevCluster {
                     work_dir,
                     logs_dir,
                     extra_env,
+                    pod_ip_base: pod_ip_range(),
                     ..RunnerConfig::default()
                 };
                 let token = CancellationToken::new();
