@@ -314,3 +314,47 @@ pub fn run(
         active,
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn flags_parse_and_timing_respects_the_kinesis_limits() {
+        let cli = Cli::try_parse_from([
+            "kinesis-trigger",
+            "--leader-elect",
+            "--endpoint-resolution",
+            "dns",
+            "--poll-interval-ms",
+            "50",
+            "--idle-poll-interval-ms",
+            "10",
+            "--records-limit",
+            "20000",
+            "--list-shards-seconds",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(cli.trigger.endpoint_resolution, EndpointResolution::Dns);
+        assert!(cli.service.leader_elect);
+        let t = cli.trigger.timing();
+        // Never more than 5 GetRecords per second per shard, whatever the flags say.
+        assert_eq!(t.polling.min_interval, Duration::from_millis(200));
+        assert_eq!(t.polling.idle_interval, Duration::from_millis(200));
+        assert_eq!(t.polling.records_limit, 10_000);
+        assert_eq!(t.list_shards_interval, Duration::from_secs(1));
+
+        let cli = Cli::try_parse_from(["kinesis-trigger"]).unwrap();
+        assert_eq!(
+            cli.trigger.endpoint_resolution,
+            EndpointResolution::Endpointslices
+        );
+        let t = cli.trigger.timing();
+        assert_eq!(t.polling.min_interval, Duration::from_millis(250));
+        assert_eq!(t.polling.idle_interval, Duration::from_secs(1));
+        assert_eq!(t.checkpoint_interval, Duration::from_secs(1));
+    }
+}
