@@ -264,6 +264,10 @@ async fn main() {
         total.as_secs_f64() / baseline.as_secs_f64().max(1e-9)
     );
     println!(
+        "  amortized per Function (total / {N}):   {:.2} ms",
+        total.as_secs_f64() * 1e3 / N as f64
+    );
+    println!(
         "  per Function (create -> 3 children):    p50 {:.1} ms  p90 {:.1} ms  max {:.1} ms  (goal p50 <= 50 ms; {} measured)",
         percentile(&per_fn, 0.5).as_secs_f64() * 1e3,
         percentile(&per_fn, 0.9).as_secs_f64() * 1e3,
