@@ -10,13 +10,21 @@ use integration_tests::repo_root;
 /// `<target>/debug` of this test binary (`<target>/debug/deps/demo-<hash>`).
 fn debug_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf()
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf()
 }
 
 #[test]
 fn demo_script_deploys_and_calls_the_example_function() {
     let debug = debug_dir();
-    for bin in ["devcluster", "kubeless-runtime", "function-controller", "kubeless"] {
+    for bin in [
+        "devcluster",
+        "kubeless-runtime",
+        "function-controller",
+        "kubeless",
+    ] {
         assert!(
             debug.join(bin).exists(),
             "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
@@ -45,7 +53,10 @@ fn demo_script_deploys_and_calls_the_example_function() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("1/1 READY"), "function list shows it ready:\n{stdout}");
+    assert!(
+        stdout.contains("1/1 READY"),
+        "function list shows it ready:\n{stdout}"
+    );
     let answer = stdout
         .lines()
         .find(|l| l.starts_with('{'))

@@ -102,7 +102,10 @@ fn chart_lints_renders_and_parses() {
                 .filter_map(|d| d["kind"].as_str())
                 .collect();
             for needed in ["Deployment", "ServiceAccount"] {
-                assert!(kinds.contains(needed), "case {case}: {app} renders a {needed}");
+                assert!(
+                    kinds.contains(needed),
+                    "case {case}: {app} renders a {needed}"
+                );
             }
         }
     }

@@ -6,7 +6,10 @@ use clap::{Parser, Subcommand};
 use devcluster::{DevCluster, Options};
 
 #[derive(Parser)]
-#[command(version, about = "A local Kubernetes API server and process pod runner, for development and tests only")]
+#[command(
+    version,
+    about = "A local Kubernetes API server and process pod runner, for development and tests only"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,14 +48,26 @@ struct UpArgs {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let Cli { command: Command::Up(args) } = Cli::parse();
-    let UpArgs { bind, data_dir, kubeconfig, state_dir, images, no_runner, log } = args;
+    let Cli {
+        command: Command::Up(args),
+    } = Cli::parse();
+    let UpArgs {
+        bind,
+        data_dir,
+        kubeconfig,
+        state_dir,
+        images,
+        no_runner,
+        log,
+    } = args;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(log))
         .with_writer(std::io::stderr)
         .init();
     if !bind.ip().is_loopback() {
-        eprintln!("devcluster: refusing to listen on {bind}: devcluster is for local use, bind a loopback address");
+        eprintln!(
+            "devcluster: refusing to listen on {bind}: devcluster is for local use, bind a loopback address"
+        );
         return ExitCode::from(2);
     }
     let options = Options {
@@ -60,7 +75,11 @@ async fn main() -> ExitCode {
         data_dir,
         kubeconfig_path: kubeconfig,
         state_dir,
-        images_dir: if no_runner { None } else { Some(images.unwrap_or_else(devcluster::repo_images_dir)) },
+        images_dir: if no_runner {
+            None
+        } else {
+            Some(images.unwrap_or_else(devcluster::repo_images_dir))
+        },
     };
     let cluster = match DevCluster::start(options).await {
         Ok(c) => c,

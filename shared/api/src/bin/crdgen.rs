@@ -8,7 +8,10 @@ fn main() -> ExitCode {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let dirs = match std::env::args_os().nth(1) {
         Some(dir) => vec![PathBuf::from(dir)],
-        None => vec![root.join("deploy/crds"), root.join("deploy/helm/kubeless/crds")],
+        None => vec![
+            root.join("deploy/crds"),
+            root.join("deploy/helm/kubeless/crds"),
+        ],
     };
     let files = match kubeless_api::crd_yaml_files() {
         Ok(files) => files,
