@@ -48,7 +48,22 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// RFC 6902 JSON patch.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
     let p: json_patch::Patch = serde_json::from_value(patch.clone()).map_err(|e| e.to_string())?;
-    json_patch::patch(target, &p).map_err(|e| e.to_string())
+    // The real server treats a missing path as null in a `test` op, so `test /x == null` passes
+    // when /x is absent; kube-runtime's finalizer helper relies on that to add the first
+    // finalizer. The json-patch crate fails such a test, so those ops are checked here. All or
+    // nothing, as on the server: the ops run on a copy.
+    let mut work = target.clone();
+    for op in p.0 {
+        if let json_patch::PatchOperation::Test(t) = &op
+            && t.value.is_null()
+            && work.pointer(t.path.as_str()).is_none_or(Value::is_null)
+        {
+            continue;
+        }
+        json_patch::patch(&mut work, &[op]).map_err(|e| e.to_string())?;
+    }
+    *target = work;
+    Ok(())
 }
 
 /// The merge key Kubernetes declares for a list field, when it has one.
@@ -198,6 +213,34 @@ mod tests {
             t,
             json!({"spec": {"containers": [{"name": "a", "image": "3"}, {"name": "c", "image": "4"}], "args": ["y"]}})
         );
+    }
+
+    #[test]
+    fn json_patch_test_null_matches_a_missing_path() {
+        let mut obj = json!({"metadata": {"name": "a"}});
+        json_patch(
+            &mut obj,
+            &json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+            ]),
+        )
+        .unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["f"]));
+        // A non-null test on the same missing path still fails, and nothing is changed.
+        let mut obj = json!({"metadata": {"name": "a"}});
+        let before = obj.clone();
+        assert!(
+            json_patch(
+                &mut obj,
+                &json!([
+                    {"op": "add", "path": "/metadata/labels", "value": {"x": "y"}},
+                    {"op": "test", "path": "/metadata/finalizers", "value": ["f"]}
+                ]),
+            )
+            .is_err()
+        );
+        assert_eq!(obj, before);
     }
 
     #[test]

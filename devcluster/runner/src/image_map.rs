@@ -167,17 +167,25 @@ impl ImageMap {
     }
 }
 
-/// `${BIN_DIR}`: env DEVCLUSTER_BIN_DIR, else the folder of the current executable.
+/// `${BIN_DIR}`: env DEVCLUSTER_BIN_DIR, else the folder of the current executable; for a cargo
+/// test binary (in `target/<profile>/deps`) the profile folder, where cargo puts the binaries.
 fn bin_dir() -> String {
     if let Ok(dir) = std::env::var("DEVCLUSTER_BIN_DIR")
         && !dir.is_empty()
     {
         return dir;
     }
-    std::env::current_exe()
+    let Some(dir) = std::env::current_exe()
         .ok()
-        .and_then(|p| p.parent().map(|d| d.to_string_lossy().into_owned()))
-        .unwrap_or_default()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    else {
+        return String::new();
+    };
+    let dir = match dir.parent() {
+        Some(profile) if dir.file_name().is_some_and(|n| n == "deps") => profile.to_path_buf(),
+        _ => dir,
+    };
+    dir.to_string_lossy().into_owned()
 }
 
 pub(crate) fn expand_map_vars(s: &str, bin_dir: &str, map_dir: &str) -> String {

@@ -109,7 +109,7 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
         run(cmd)?;
         Ok(Installed::Python { target })
     } else if runtime.starts_with("nodejs") || runtime.starts_with("node") {
-        // npm reads <prefix>/package.json.
+        // npm reads package.json from the folder it runs in.
         let manifest = args.dir.join("package.json");
         if !same_file(&args.deps, &manifest) {
             std::fs::create_dir_all(&args.dir).map_err(|source| InstallError::Write {
@@ -121,15 +121,11 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
                 source,
             })?;
         }
+        // Run in the install dir rather than with `--prefix`: npm reads its global npmrc from
+        // <prefix>/etc, so `--prefix` would drop the machine's global settings (a proxy's CA file).
         let mut cmd = Command::new(&args.npm);
-        cmd.args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--omit=dev",
-            "--prefix",
-        ])
-        .arg(&args.dir);
+        cmd.args(["install", "--no-audit", "--no-fund", "--omit=dev"])
+            .current_dir(&args.dir);
         // The function user's HOME may not be writable; keep npm's cache in the volume's temp space.
         if std::env::var_os("npm_config_cache").is_none() {
             cmd.env(
