@@ -49,6 +49,11 @@ pub fn in_cluster_url(name: &str, namespace: &str, port: i32) -> String {
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
     printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
