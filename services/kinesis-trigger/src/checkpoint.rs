@@ -108,6 +108,23 @@ impl CheckpointStore {
         self.urgent.notify_one();
     }
 
+    /// Re-reads the ConfigMap and takes the stored value of every shard that is neither in
+    /// `reading` (ours is newer) nor waiting to be written. With shard leases, other replicas
+    /// move the checkpoints of the shards they read.
+    pub async fn refresh(&self, reading: &BTreeSet<String>) -> Result<(), kube::Error> {
+        let cm = self.api.get(&self.name).await?;
+        let mut g = self.lock();
+        for (k, v) in cm.data.unwrap_or_default() {
+            if reading.contains(&k) || g.dirty.contains(&k) {
+                continue;
+            }
+            if let Some(c) = Checkpoint::parse(&v) {
+                g.values.insert(k, c);
+            }
+        }
+        Ok(())
+    }
+
     /// Writes the changed keys (one merge patch). On failure they stay dirty for the next try.
     pub async fn flush(&self) -> Result<usize, kube::Error> {
         let data: BTreeMap<String, String> = {

@@ -15,6 +15,7 @@
 pub mod aws;
 pub mod checkpoint;
 pub mod deliver;
+pub mod leases;
 pub mod metrics;
 pub mod plan;
 pub mod reader;
@@ -117,6 +118,26 @@ pub struct TriggerArgs {
         default_value_t = 1000
     )]
     pub checkpoint_interval_ms: u64,
+    /// Share shards between replicas with a Lease per shard (run without --leader-elect).
+    #[arg(
+        long = "shard-leases",
+        env = "KUBELESS_KINESIS_SHARD_LEASES",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub shard_leases: bool,
+    /// Seconds a shard Lease stays valid without renewal (renewed every ListShards round).
+    #[arg(
+        long = "shard-lease-seconds",
+        env = "KUBELESS_KINESIS_SHARD_LEASE_SECONDS",
+        default_value_t = 30
+    )]
+    pub shard_lease_seconds: u64,
+    /// Holder identity in shard Leases (the pod name).
+    #[arg(long = "shard-lease-identity", env = "POD_NAME")]
+    pub shard_lease_identity: Option<String>,
 }
 
 impl TriggerArgs {
@@ -171,6 +192,8 @@ pub struct Settings {
     pub resolution: Resolution,
     pub resync: Duration,
     pub timing: Timing,
+    /// `Some`: replicas share shards through a Lease per shard (instead of one active replica).
+    pub shard_leases: Option<leases::ShardLeaseSettings>,
 }
 
 impl Settings {
@@ -181,6 +204,7 @@ impl Settings {
             resolution,
             resync: Duration::from_secs(30),
             timing: Timing::default(),
+            shard_leases: None,
         }
     }
 }
@@ -197,7 +221,19 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
         records_limit: _,
         list_shards_seconds: _,
         checkpoint_interval_ms: _,
+        shard_leases,
+        shard_lease_seconds,
+        shard_lease_identity,
     } = args;
+    let shard_leases = shard_leases.then(|| leases::ShardLeaseSettings {
+        identity: shard_lease_identity
+            .filter(|s| !s.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok().filter(|s| !s.is_empty()))
+            .unwrap_or_else(|| format!("kinesis-trigger-{}", std::process::id())),
+        duration: Duration::from_secs(
+            shard_lease_seconds.max(timing.list_shards_interval.as_secs() * 2 + 1),
+        ),
+    });
     let client = match ctx.kube_client.clone() {
         Some(c) => c,
         None => Client::try_default().await.map_err(Error::Client)?,
@@ -210,6 +246,7 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
         },
         resync: Duration::from_secs(resync_seconds.max(1)),
         timing,
+        shard_leases,
     };
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone());
     let mut synced = running.synced.clone();
@@ -294,6 +331,7 @@ pub fn run(
             metrics: metrics::TriggerMetrics::register(metrics),
             timing: settings.timing,
             changed: Arc::new(Notify::new()),
+            shard_leases: settings.shard_leases,
         },
         namespace: settings.namespace,
         resync: settings.resync,

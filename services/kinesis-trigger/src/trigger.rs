@@ -2,7 +2,7 @@
 //! [`ShardReader`] per shard that may be read now (children after their parents), restarts
 //! with backoff when the stream or the Secret is missing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +15,11 @@ use tokio_util::task::AbortOnDropHandle;
 use crate::aws::{self, ReaderError};
 use crate::checkpoint::{CheckpointStore, owner_reference};
 use crate::deliver::Deliverer;
+use crate::leases::{ShardLeaseSettings, ShardLeases, share};
 use crate::metrics::TriggerMetrics;
 use crate::plan::{ReaderConfig, checkpoint_configmap_name};
 use crate::reader::{Polling, ShardExit, ShardReader};
-use crate::shards::{Checkpoint, Decision, StartSettings, decide};
+use crate::shards::{Checkpoint, Decision, ShardInfo, StartSettings, decide};
 
 /// What a trigger's reader is doing (shown in the trigger's status).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +67,8 @@ pub struct Shared {
     pub timing: Timing,
     /// Notified when a reader's state changes (the reconciler then writes status).
     pub changed: Arc<Notify>,
+    /// `Some`: share shards with other replicas through a Lease per shard.
+    pub shard_leases: Option<ShardLeaseSettings>,
 }
 
 /// A running trigger reader.
@@ -206,7 +209,30 @@ async fn run_once(
     };
     let reader_done = Arc::new(Notify::new());
     let mut readers: BTreeMap<String, Running> = BTreeMap::new();
+    let leases = shared.shard_leases.clone().map(|settings| {
+        ShardLeases::new(
+            shared.client.clone(),
+            &config.namespace,
+            &config.trigger,
+            settings,
+            owner_reference(&config.trigger, &config.trigger_uid),
+        )
+    });
+    let mut held: BTreeSet<String> = BTreeSet::new();
     let result = 'outer: loop {
+        if let Some(leases) = &leases {
+            let mut b = Balance {
+                leases,
+                store: &store,
+                readers: &mut readers,
+                held: &mut held,
+                metrics: &shared.metrics,
+                label: &label,
+            };
+            if let Err(e) = b.run(&listing, start, config.shard.as_deref()).await {
+                tracing::warn!(trigger = %label, error = %e, "shard leases: this round failed; keeping the shards held");
+            }
+        }
         for (shard, decision) in decide(&listing, &store.snapshot(), start, config.shard.as_deref())
         {
             match decision {
@@ -222,7 +248,10 @@ async fn run_once(
                     tracing::info!(trigger = %label, shard = %shard, "closed shard drained");
                     reader_done.notify_one();
                 }
-                Decision::Read(from) if !readers.contains_key(&shard) => {
+                Decision::Read(from)
+                    if !readers.contains_key(&shard)
+                        && (leases.is_none() || held.contains(&shard)) =>
+                {
                     tracing::info!(trigger = %label, shard = %shard, start = ?from, "reading shard");
                     let reader = ShardReader {
                         shard_id: shard.clone(),
@@ -297,5 +326,96 @@ async fn run_once(
     }
     flush_cancel.cancel();
     let _ = flusher.await;
+    if let Some(leases) = &leases {
+        // After the last checkpoints are written: whoever takes the shards over resumes there.
+        for shard in &held {
+            if let Err(e) = leases.release(shard).await {
+                tracing::warn!(trigger = %label, shard = %shard, error = %e, "releasing a shard lease failed (it expires)");
+            }
+        }
+        if let Err(e) = leases.leave().await {
+            tracing::debug!(trigger = %label, error = %e, "releasing the member lease failed");
+        }
+    }
     result
+}
+
+/// One round of the shard-lease mode: renew, drop lost shards, hand back or take shards so this
+/// replica holds its share.
+struct Balance<'a> {
+    leases: &'a ShardLeases,
+    store: &'a Arc<CheckpointStore>,
+    readers: &'a mut BTreeMap<String, Running>,
+    held: &'a mut BTreeSet<String>,
+    metrics: &'a TriggerMetrics,
+    label: &'a str,
+}
+
+impl Balance<'_> {
+    async fn stop_reader(&mut self, shard: &str) {
+        if let Some(r) = self.readers.remove(shard) {
+            r.cancel.cancel();
+            let _ = r.task.await;
+            self.metrics.forget_shard(self.label, shard);
+        }
+    }
+
+    async fn run(
+        &mut self,
+        listing: &[ShardInfo],
+        start: StartSettings,
+        only: Option<&str>,
+    ) -> Result<(), kube::Error> {
+        self.leases.announce().await?;
+        for shard in self.held.clone() {
+            if !self.leases.hold(&shard).await? {
+                tracing::warn!(trigger = %self.label, shard = %shard, "lost the shard lease; stopping its reader");
+                self.held.remove(&shard);
+                self.stop_reader(&shard).await;
+            }
+        }
+        let reading: BTreeSet<String> = self.readers.keys().cloned().collect();
+        self.store.refresh(&reading).await?;
+        let readable: Vec<String> = decide(listing, &self.store.snapshot(), start, only)
+            .into_iter()
+            .filter(|(_, d)| matches!(d, Decision::Read(_)))
+            .map(|(s, _)| s)
+            .collect();
+        // Drained (or not yet readable) shards: nothing to hold.
+        for shard in self.held.clone() {
+            if !readable.contains(&shard) && !self.readers.contains_key(&shard) {
+                self.store.flush().await?;
+                self.leases.release(&shard).await?;
+                self.held.remove(&shard);
+            }
+        }
+        let target = share(readable.len(), self.leases.live_members().await?);
+        if self.held.len() > target {
+            // Hand one back per round: stop, write its checkpoint, then release.
+            if let Some(shard) = self.held.iter().next_back().cloned() {
+                tracing::info!(trigger = %self.label, shard = %shard, target, "handing a shard to another replica");
+                self.stop_reader(&shard).await;
+                self.store.flush().await?;
+                self.leases.release(&shard).await?;
+                self.held.remove(&shard);
+            }
+            return Ok(());
+        }
+        let mut acquired = false;
+        for shard in &readable {
+            if self.held.len() >= target {
+                break;
+            }
+            if !self.held.contains(shard) && self.leases.hold(shard).await? {
+                tracing::info!(trigger = %self.label, shard = %shard, "took the shard lease");
+                self.held.insert(shard.clone());
+                acquired = true;
+            }
+        }
+        if acquired {
+            // The previous holder flushed before releasing: read its last checkpoints.
+            self.store.refresh(&reading).await?;
+        }
+        Ok(())
+    }
 }

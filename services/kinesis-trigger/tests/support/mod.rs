@@ -476,11 +476,28 @@ pub struct Replica {
 
 impl Replica {
     pub async fn start(client: &Client) -> Self {
+        Self::start_with(client, None).await
+    }
+
+    /// A replica sharing shards through shard Leases (3 s) under `identity`.
+    pub async fn start_sharing(client: &Client, identity: &str) -> Self {
+        let leases = kinesis_trigger::leases::ShardLeaseSettings {
+            identity: identity.to_string(),
+            duration: Duration::from_secs(3),
+        };
+        Self::start_with(client, Some(leases)).await
+    }
+
+    pub async fn start_with(
+        client: &Client,
+        shard_leases: Option<kinesis_trigger::leases::ShardLeaseSettings>,
+    ) -> Self {
         let token = CancellationToken::new();
         let metrics = kubeless_service::Metrics::new("kubeless");
         let mut settings = Settings::new(Resolution::EndpointSlices);
         settings.timing = test_timing();
         settings.resync = Duration::from_secs(2);
+        settings.shard_leases = shard_leases;
         let mut running = kinesis_trigger::run(client.clone(), settings, &metrics, token.clone());
         running.wait_synced().await;
         Self {
@@ -498,6 +515,15 @@ impl Replica {
             .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
+    }
+
+    /// `kubeless_kinesis_trigger_shards` of a trigger: shards this replica reads.
+    pub fn shards(&self, trigger: &str) -> i64 {
+        let text = self.metrics.encode().unwrap();
+        let prefix = format!("kubeless_kinesis_trigger_shards{{trigger=\"{NS}/{trigger}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+            .unwrap_or(0)
     }
 
     pub fn metrics_text(&self) -> String {
