@@ -5,6 +5,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Build output outside the checkout, so a fresh clone on the same machine reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kubeless-rs/target}"
 export PATH="$HOME/.cargo/bin:$PATH"
+# Incremental caches only pay off while editing; in a reused CI target dir they grow by tens of GB.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 
