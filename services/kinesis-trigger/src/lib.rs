@@ -385,7 +385,20 @@ mod tests {
         assert_eq!(t.polling.records_limit, 10_000);
         assert_eq!(t.list_shards_interval, Duration::from_secs(1));
 
+        // What the Helm chart passes with shardLeases: true.
+        let cli = Cli::try_parse_from([
+            "kinesis-trigger",
+            "--leader-elect=false",
+            "--shard-leases",
+            "--shard-lease-seconds=30",
+        ])
+        .unwrap();
+        assert!(!cli.service.leader_elect);
+        assert!(cli.trigger.shard_leases);
+        assert_eq!(cli.trigger.shard_lease_seconds, 30);
+
         let cli = Cli::try_parse_from(["kinesis-trigger"]).unwrap();
+        assert!(!cli.trigger.shard_leases);
         assert_eq!(
             cli.trigger.endpoint_resolution,
             EndpointResolution::Endpointslices

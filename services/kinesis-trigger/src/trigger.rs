@@ -233,8 +233,14 @@ async fn run_once(
                 tracing::warn!(trigger = %label, error = %e, "shard leases: this round failed; keeping the shards held");
             }
         }
+        // With shard leases, status lists every readable shard (the same on every replica, so
+        // replicas do not overwrite each other's status); otherwise the shards read here.
+        let mut readable: BTreeSet<String> = BTreeSet::new();
         for (shard, decision) in decide(&listing, &store.snapshot(), start, config.shard.as_deref())
         {
+            if matches!(decision, Decision::Read(_)) {
+                readable.insert(shard.clone());
+            }
             match decision {
                 Decision::Skip => store.set_urgent(&shard, Checkpoint::Skipped),
                 Decision::MarkEnd => {
@@ -279,8 +285,12 @@ async fn run_once(
                 _ => {}
             }
         }
-        let shards: Vec<String> = readers.keys().cloned().collect();
-        shared.metrics.set_shards(&label, shards.len());
+        shared.metrics.set_shards(&label, readers.len());
+        let shards: Vec<String> = if leases.is_some() {
+            readable.into_iter().collect()
+        } else {
+            readers.keys().cloned().collect()
+        };
         let now = ReaderState::Running { shards };
         if *state.borrow() != now {
             state.send_replace(now);

@@ -60,6 +60,10 @@ async fn replicas_share_shards_without_double_delivery_and_take_over_after_a_cra
     })
     .await;
 
+    // Status lists every readable shard, whichever replica reads it.
+    let status = wait_ready(&client, "shared").await;
+    assert_eq!(status.shards.len(), 4, "{:?}", status.shards);
+
     for round in 1..=5 {
         put_round(&k, round).await;
     }
