@@ -108,6 +108,9 @@ fn main() {
             }
         };
 
+        // Cargo unifies reqwest's features across the workspace, and some crates ask for
+        // `rustls-no-provider`: install one so the client can be built.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let raw = reqwest::Client::builder()
             .tcp_nodelay(true)
             .no_proxy()

@@ -144,6 +144,7 @@ mod tests {
         .await
         .unwrap();
         let base = format!("http://{}", server.local_addr());
+        crate::install_crypto_provider();
         let client = reqwest::Client::new();
 
         let r = client.get(format!("{base}/healthz")).send().await.unwrap();

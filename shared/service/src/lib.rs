@@ -17,3 +17,13 @@ pub use lease::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use run::{Context, METRICS_PREFIX, RunError, run, run_inner};
 pub use shutdown::Shutdown;
+
+/// Installs ring as the process's rustls crypto provider, once; later calls do nothing.
+///
+/// Some crates of the workspace enable reqwest's `rustls-no-provider` feature, and cargo unifies
+/// features across a build, so any reqwest client (the OTLP exporter, tests) panics at
+/// construction unless a provider is installed. Every service calls this through `run`.
+pub fn install_crypto_provider() {
+    // Err only means a provider is installed already, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

@@ -84,6 +84,7 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    crate::install_crypto_provider();
     let shutdown = Shutdown::new();
     // Signals stop being handled here once `run_inner` returns, whichever way it returns.
     let _signals = AbortOnDrop(shutdown.spawn_signal_handler().map_err(RunError::Signals)?);

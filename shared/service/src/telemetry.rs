@@ -113,6 +113,7 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> 
 }
 
 fn otlp_provider(service_name: &str, endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+    crate::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))
         .build()

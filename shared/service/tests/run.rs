@@ -24,6 +24,7 @@ fn config() -> ServiceConfig {
 async fn service_runs_with_admin_server_and_drains_on_shutdown() {
     let result = run_inner("test", config(), |ctx| async move {
         let base = format!("http://{}", ctx.admin_addr);
+        kubeless_service::install_crypto_provider();
         let http = reqwest::Client::new();
         let status = |path: &'static str| {
             let (http, base) = (http.clone(), base.clone());
