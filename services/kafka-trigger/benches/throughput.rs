@@ -22,9 +22,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use kafka_trigger::{Ordering, ResolverChoice};
 use kubeless_invoke::{Endpoint, Event, FunctionTarget, Invoker, StaticResolver};
+use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
-use rdkafka::ClientConfig;
 use serde_json::json;
 use std::sync::Mutex;
 
@@ -32,7 +32,10 @@ const N: usize = 100_000;
 const PARTITIONS: i32 = 4;
 
 fn now_micros() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64
 }
 
 /// Trivial function: parses the producer timestamp from the body, records the latency.
@@ -52,20 +55,32 @@ async fn sink() -> Sink {
     let (c, l, last) = (count.clone(), latencies_us.clone(), last_us.clone());
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let (c, l, last) = (c.clone(), l.clone(), last.clone());
             tokio::spawn(async move {
                 let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let (c, l, last) = (c.clone(), l.clone(), last.clone());
                     async move {
-                        let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                        let body = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
                         let now = now_micros();
-                        if let Some(ts) = std::str::from_utf8(&body).ok().and_then(|s| s.parse::<u64>().ok()) {
+                        if let Some(ts) = std::str::from_utf8(&body)
+                            .ok()
+                            .and_then(|s| s.parse::<u64>().ok())
+                        {
                             l.lock().unwrap().push(now.saturating_sub(ts));
                             c.fetch_add(1, AtomicOrdering::Relaxed);
                             last.fetch_max(now, AtomicOrdering::Relaxed);
                         }
-                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(b"ok"))))
+                        Ok::<_, Infallible>(hyper::Response::new(Full::new(Bytes::from_static(
+                            b"ok",
+                        ))))
                     }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -74,7 +89,12 @@ async fn sink() -> Sink {
             });
         }
     });
-    Sink { addr, count, latencies_us, last_us }
+    Sink {
+        addr,
+        count,
+        latencies_us,
+        last_us,
+    }
 }
 
 fn pct(sorted: &[u64], p: f64) -> f64 {
@@ -98,7 +118,10 @@ async fn produce_all(broker: &Broker, topic: &str) -> (u64, Duration) {
     for i in 0..N {
         let body = now_micros().to_string();
         let key = format!("key-{}", i % 1000);
-        let rec = FutureRecord::to(topic).partition((i % PARTITIONS as usize) as i32).key(&key).payload(&body);
+        let rec = FutureRecord::to(topic)
+            .partition((i % PARTITIONS as usize) as i32)
+            .key(&key)
+            .payload(&body);
         match producer.send_result(rec) {
             Ok(f) => pending.push(f),
             Err((e, _)) => panic!("produce: {e}"),
@@ -142,7 +165,11 @@ async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering)
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let got = s.count.load(AtomicOrdering::SeqCst) as usize;
-    let elapsed = Duration::from_micros(s.last_us.load(AtomicOrdering::SeqCst).saturating_sub(start_us));
+    let elapsed = Duration::from_micros(
+        s.last_us
+            .load(AtomicOrdering::SeqCst)
+            .saturating_sub(start_us),
+    );
     let mut lat = s.latencies_us.lock().unwrap().clone();
     lat.sort_unstable();
     println!(
@@ -196,7 +223,8 @@ async fn calls_only(addr: std::net::SocketAddr, concurrency: usize) {
         let (inv, t) = (invoker.clone(), target.clone());
         tasks.push(tokio::spawn(async move {
             for _ in 0..per {
-                let ev = Event::new("kafkatriggers.kubeless.io").with_body(Bytes::from(now_micros().to_string()));
+                let ev = Event::new("kafkatriggers.kubeless.io")
+                    .with_body(Bytes::from(now_micros().to_string()));
                 let o = inv.invoke(&t, &ev).await;
                 assert!(o.is_success());
             }
@@ -213,7 +241,10 @@ async fn calls_only(addr: std::net::SocketAddr, concurrency: usize) {
 }
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
         let broker = Broker::start();
         let c = cluster(None).await;
