@@ -55,7 +55,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Self {
             lanes: 32,
-            max_queued: 2000,
+            max_queued: 10_000,
             drain_timeout: Duration::from_secs(30),
             commit_interval: Duration::from_millis(500),
             lag_interval: Duration::from_secs(5),

@@ -81,7 +81,7 @@ pub struct TriggerArgs {
     #[arg(long, env = "KAFKA_PARTITION_LANES", default_value_t = 32)]
     pub lanes: usize,
     /// Records buffered per partition before it is paused.
-    #[arg(long, env = "KAFKA_MAX_QUEUED", default_value_t = 2000)]
+    #[arg(long, env = "KAFKA_MAX_QUEUED", default_value_t = 10_000)]
     pub max_queued: usize,
     /// Seconds a rebalance or stop waits for in-flight calls before abandoning them.
     #[arg(long, env = "KAFKA_DRAIN_TIMEOUT_SECONDS", default_value_t = 30)]
