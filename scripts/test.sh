@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh clone on a fresh machine: installs what is missing, checks
 # formatting and lints, builds every binary and runs every test. .ci/run calls exactly this.
+# Each stage prints how long it took, and a summary of all stages closes the run.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-ensure_tools
+stage_names=()
+stage_secs=()
+stage() {
+  local name="$1"; shift
+  log "$name"
+  local start=$SECONDS
+  "$@"
+  local took=$((SECONDS - start))
+  stage_names+=("$name"); stage_secs+=("$took")
+  log "$name: ${took} s"
+}
+summary() {
+  log "time per stage:"
+  for i in "${!stage_names[@]}"; do printf '    %5d s  %s\n' "${stage_secs[$i]}" "${stage_names[$i]}" >&2; done
+}
+trap summary EXIT
 
-log "cargo fmt --check"
-cargo fmt --all -- --check
-
-log "cargo clippy"
-cargo clippy --workspace --all-targets --locked -- -D warnings
-
+stage "install missing tools" ensure_tools
+stage "cargo fmt --check" cargo fmt --all -- --check
+stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 # Tests start the real binaries (devcluster, the services, the runtime), so build them first.
-log "cargo build --bins"
-cargo build --workspace --bins --locked
-
-log "cargo test"
-cargo test --workspace --locked
+stage "cargo build --bins" cargo build --workspace --bins --locked
+stage "cargo test" cargo test --workspace --locked
