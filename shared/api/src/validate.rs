@@ -427,9 +427,9 @@ fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>
             ),
         });
     }
+    // A node without a type (not structural) keeps its content as it is.
     let Some(ty) = schema.get("type").and_then(Value::as_str) else {
         constraints(schema, v, path, errors);
-        descend(schema, v, path, errors);
         return;
     };
     let actual = type_name(v);
@@ -667,7 +667,7 @@ fn format_ok(fmt: &str, s: &str) -> bool {
         "date-time" => chrono::DateTime::parse_from_rfc3339(s).is_ok(),
         "date" => chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d").is_ok(),
         "byte" => {
-            s.len() % 4 == 0
+            s.len().is_multiple_of(4)
                 && s.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='))
         }

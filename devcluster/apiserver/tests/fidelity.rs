@@ -1,0 +1,247 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! devcluster refuses what a real API server refuses: every bad Function input named in
+//! issue 16 is applied through kube::Client and through kubectl, and each must come back as a
+//! 422 Invalid whose causes name the field, from the CRD's schema constraints and CEL rules.
+
+use std::{process::Command, time::Duration};
+
+use devcluster_apiserver::{ServerConfig, start};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Client,
+    api::{Api, DynamicObject, PostParams},
+    core::{ApiResource, GroupVersionKind},
+    runtime::wait::{await_condition, conditions},
+};
+use serde_json::{Value, json};
+
+async fn install_kubeless_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kubeless_api::all() {
+        let name = crd.metadata.name.clone().unwrap();
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+        let established = await_condition(crds.clone(), &name, conditions::is_crd_established());
+        tokio::time::timeout(Duration::from_secs(30), established)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn function_api(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("kubeless.io", "v1beta1", "Function");
+    Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk))
+}
+
+fn good_spec() -> Value {
+    json!({
+        "runtime": "python3.11",
+        "handler": "hello.handler",
+        "function": "def handler(event, context):\n    return 'hi'\n",
+        "deployment": {"spec": {"template": {"spec": {"containers": [{
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                          "limits": {"cpu": "500m", "memory": "128Mi"}}
+        }]}}}},
+        "service": {"type": "ClusterIP", "ports": [{"name": "http-function-port", "port": 8080, "targetPort": 8080}]},
+        "horizontalPodAutoscaler": {"spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "minReplicas": 1, "maxReplicas": 3}}
+    })
+}
+
+fn function(name: &str, spec: Value) -> Value {
+    json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+           "metadata": {"name": name, "namespace": "default"}, "spec": spec})
+}
+
+fn with(pointer: &str, value: Value) -> Value {
+    let mut spec = good_spec();
+    *spec.pointer_mut(pointer).unwrap() = value;
+    spec
+}
+
+/// (case, name, spec, field named by a cause, text in the message)
+fn bad_inputs() -> Vec<(&'static str, String, Value, &'static str, &'static str)> {
+    let containers = "/deployment/spec/template/spec/containers/0";
+    vec![
+        (
+            "--memory lots",
+            "mem".into(),
+            with(
+                &format!("{containers}/resources/limits/memory"),
+                json!("lots"),
+            ),
+            "spec.deployment.spec.template.spec.containers[0].resources.limits.memory",
+            "should match",
+        ),
+        (
+            "port 70000",
+            "port".into(),
+            with("/service/ports/0/port", json!(70000)),
+            "spec.service.ports[0].port",
+            "less than or equal to 65535",
+        ),
+        (
+            "Service type Bogus",
+            "svctype".into(),
+            with("/service/type", json!("Bogus")),
+            "spec.service.type",
+            "Unsupported value: \"Bogus\"",
+        ),
+        (
+            "cpu request above limit",
+            "cpu".into(),
+            with(&format!("{containers}/resources/requests/cpu"), json!("2")),
+            "spec.deployment.spec.template.spec.containers[0].resources",
+            "requests must be less than or equal to their limits",
+        ),
+        (
+            "HPA minReplicas above maxReplicas",
+            "hpa".into(),
+            with("/horizontalPodAutoscaler/spec/minReplicas", json!(5)),
+            "spec.horizontalPodAutoscaler.spec",
+            "minReplicas must be less than or equal to maxReplicas",
+        ),
+        (
+            "handler without a dot",
+            "handler".into(),
+            with("/handler", json!("nodot")),
+            "spec.handler",
+            "should match",
+        ),
+        (
+            "name 1func",
+            "1func".into(),
+            good_spec(),
+            "<nil>",
+            "DNS-1035 label",
+        ),
+        (
+            "name my.func",
+            "my.func".into(),
+            good_spec(),
+            "<nil>",
+            "DNS-1035 label",
+        ),
+        (
+            "69-character name",
+            "f".repeat(69),
+            good_spec(),
+            "<nil>",
+            "no more than 63 characters",
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn bad_functions_are_refused_with_422_and_the_field() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    install_kubeless_crds(&client).await;
+    let api = function_api(&client);
+
+    let good: DynamicObject = serde_json::from_value(function("good", good_spec())).unwrap();
+    api.create(&PostParams::default(), &good).await.unwrap();
+
+    for (case, name, spec, field, text) in bad_inputs() {
+        let obj: DynamicObject = serde_json::from_value(function(&name, spec)).unwrap();
+        let err = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(case);
+        let kube::Error::Api(status) = err else {
+            panic!("{case}: not an API error: {err}")
+        };
+        assert_eq!(status.code, 422, "{case}: {status:?}");
+        assert_eq!(status.reason, "Invalid", "{case}");
+        let causes = status
+            .details
+            .as_ref()
+            .map(|d| d.causes.clone())
+            .unwrap_or_default();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c.field == field && c.message.contains(text)),
+            "{case}: no cause on {field} containing {text:?}: {causes:?}"
+        );
+        assert!(status.message.contains(text), "{case}: {}", status.message);
+    }
+
+    // Updates are checked too, and a transition that breaks a rule is refused.
+    let mut cur = api.get("good").await.unwrap();
+    cur.data["spec"]["service"]["type"] = json!("Bogus");
+    let err = api
+        .replace("good", &PostParams::default(), &cur)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 422),
+        "{err}"
+    );
+
+    // A custom resource name is a DNS-1123 subdomain of up to 253 characters: a 69-character
+    // HTTPTrigger name is fine (only Function names are limited by our own rules).
+    let gvk = GroupVersionKind::gvk("kubeless.io", "v1beta1", "HTTPTrigger");
+    let triggers: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &ApiResource::from_gvk(&gvk));
+    let long = "t".repeat(69);
+    let trigger: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+        "metadata": {"name": long, "namespace": "default"},
+        "spec": {"function-name": "good"}
+    }))
+    .unwrap();
+    triggers
+        .create(&PostParams::default(), &trigger)
+        .await
+        .unwrap();
+
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn kubectl_apply_refuses_bad_functions() {
+    let have_kubectl = Command::new("kubectl")
+        .arg("version")
+        .arg("--client")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        have_kubectl,
+        "kubectl is missing: install it with `apt-get install -y kubernetes-client` (scripts/lib.sh ensure_tools does)"
+    );
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    install_kubeless_crds(&client).await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = server.kubeconfig_path().to_path_buf();
+
+    for (case, name, spec, field, text) in bad_inputs() {
+        let file = dir
+            .path()
+            .join(format!("{}.json", case.replace([' ', '-'], "_")));
+        std::fs::write(&file, function(&name, spec).to_string()).unwrap();
+        let out = tokio::task::spawn_blocking({
+            let kubeconfig = kubeconfig.clone();
+            move || {
+                Command::new("kubectl")
+                    .env("KUBECONFIG", kubeconfig)
+                    .args(["apply", "--validate=false", "-f"])
+                    .arg(&file)
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{case}: kubectl apply succeeded");
+        assert!(
+            stderr.contains("is invalid") && stderr.contains(text),
+            "{case}: {stderr}"
+        );
+        if field != "<nil>" {
+            assert!(stderr.contains(field), "{case}: {field} not in {stderr}");
+        }
+    }
+    server.shutdown().await;
+}
