@@ -21,6 +21,8 @@ use serde_json::{Map, Value};
 pub enum ErrorType {
     /// `FieldValueInvalid`: a value that breaks a type, pattern, range or CEL rule.
     Invalid,
+    /// `FieldValueTypeInvalid`: a value of the wrong JSON type (this blocks the CEL rules).
+    TypeInvalid,
     /// `FieldValueRequired`: a required field is missing.
     Required,
     /// `FieldValueNotSupported`: a value outside an enum.
@@ -36,6 +38,7 @@ impl ErrorType {
     pub fn reason(self) -> &'static str {
         match self {
             Self::Invalid => "FieldValueInvalid",
+            Self::TypeInvalid => "FieldValueTypeInvalid",
             Self::Required => "FieldValueRequired",
             Self::NotSupported => "FieldValueNotSupported",
             Self::TooLong => "FieldValueTooLong",
@@ -121,11 +124,11 @@ impl CrdSchema {
 
     /// Validates `obj` and prunes the fields the schema does not declare (unless preserved).
     /// `old` is the stored object on updates, for CEL transition rules (`oldSelf`). Returns
-    /// every error found; CEL rules run only on an object that passed the structural checks,
-    /// as on the real server.
+    /// every error found; CEL rules are skipped only when a value has the wrong type, as on
+    /// the real server.
     pub fn validate(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
         let mut errors = structural(&self.schema, obj);
-        if errors.is_empty() {
+        if !blocks_cel(&errors) {
             static VALIDATOR: OnceLock<kube_cel::Validator> = OnceLock::new();
             let validator = VALIDATOR.get_or_init(kube_cel::Validator::new);
             let result = validator.validate_compiled(&self.compiled, obj, old);
@@ -151,7 +154,7 @@ fn collect_rule_errors(node: &kube_cel::CompiledSchema, out: &mut Vec<String>) {
 /// call; use [`CrdSchema`] for many objects). See [`CrdSchema::validate`].
 pub fn validate_object(schema: &Value, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = structural(schema, obj);
-    if errors.is_empty() {
+    if !blocks_cel(&errors) {
         errors.extend(cel(schema, obj, old));
     }
     errors
@@ -325,6 +328,20 @@ fn invalid(field: &str, detail: String) -> FieldError {
     }
 }
 
+fn type_invalid(field: &str, detail: String) -> FieldError {
+    FieldError {
+        field: field.to_string(),
+        kind: ErrorType::TypeInvalid,
+        detail,
+    }
+}
+
+/// The real server skips the CEL rules only when a value has the wrong type (the rules could
+/// not be evaluated on it); other errors are reported together with the rules' own.
+fn blocks_cel(errors: &[FieldError]) -> bool {
+    errors.iter().any(|e| e.kind == ErrorType::TypeInvalid)
+}
+
 fn flag(s: &Value, name: &str) -> bool {
     s.get(name).and_then(Value::as_bool).unwrap_or(false)
 }
@@ -392,7 +409,7 @@ fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>
             return;
         }
         if let Some(ty) = schema.get("type").and_then(Value::as_str) {
-            errors.push(invalid(
+            errors.push(type_invalid(
                 path,
                 format!("Invalid value: \"null\": {path} in body must be of type {ty}: \"null\""),
             ));
@@ -401,7 +418,7 @@ fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>
     }
     if flag(schema, "x-kubernetes-int-or-string") {
         if !(v.is_string() || v.is_i64() || v.is_u64()) {
-            errors.push(invalid(
+            errors.push(type_invalid(
                 path,
                 format!(
                     "Invalid value: \"{}\": {path} in body must be of type integer-or-string",
