@@ -8,6 +8,7 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+mod builtin;
 pub mod errors;
 mod http;
 mod logs;

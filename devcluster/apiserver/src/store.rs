@@ -526,7 +526,17 @@ impl Store {
         }
         match &def.validator {
             Validator::Builtin(f) => {
-                f(obj).map_err(|e| ApiError::invalid(&def.kind, &def.gr.group, &name, &[e]))
+                let errors = f(obj);
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(ApiError::invalid_fields(
+                        &def.kind,
+                        &def.gr.group,
+                        &name,
+                        &errors,
+                    ))
+                }
             }
             Validator::Crd(schemas) => {
                 let schema = schemas.get(version).cloned().flatten();

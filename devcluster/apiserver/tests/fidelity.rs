@@ -245,3 +245,208 @@ async fn kubectl_apply_refuses_bad_functions() {
     }
     server.shutdown().await;
 }
+
+/// (case, (group, version, kind), object, field named by a cause, text in the message)
+type BuiltinCase = (
+    &'static str,
+    (&'static str, &'static str, &'static str),
+    Value,
+    String,
+    &'static str,
+);
+
+/// Built-in kinds are checked as the real server checks them, for the fields our controllers,
+/// charts and CLI write.
+#[tokio::test]
+async fn bad_builtin_objects_are_refused_with_422_and_the_field() {
+    use kube::core::GroupVersionKind as Gvk;
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    let api_for = |group: &str, version: &str, kind: &str| -> Api<DynamicObject> {
+        let gvk = Gvk::gvk(group, version, kind);
+        let mut ar = ApiResource::from_gvk(&gvk);
+        if kind == "HorizontalPodAutoscaler" {
+            ar.plural = "horizontalpodautoscalers".into();
+        }
+        Api::namespaced_with(client.clone(), "default", &ar)
+    };
+    let container = |extra: Value| {
+        let mut c = json!({"name": "f", "image": "python:3.11"});
+        if let (Some(c), Some(e)) = (c.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+        c
+    };
+    let deployment = |name: &str, c: Value| {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+               "spec": {"selector": {"matchLabels": {"function": name}},
+                        "template": {"metadata": {"labels": {"function": name}},
+                                     "spec": {"containers": [c]}}}})
+    };
+    let service = |name: &str, ty: &str, port: i64| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+               "spec": {"type": ty, "ports": [{"name": "http", "port": port, "targetPort": 8080}],
+                        "selector": {"function": name}}})
+    };
+    let hpa = |min: i64, max: i64| {
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "h"},
+               "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "d"},
+                        "minReplicas": min, "maxReplicas": max,
+                        "metrics": [{"type": "Resource", "resource": {"name": "cpu",
+                            "target": {"type": "Utilization", "averageUtilization": 70}}}]}})
+    };
+    let cronjob = |schedule: &str| {
+        json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+               "spec": {"schedule": schedule, "jobTemplate": {"spec": {"template": {"spec": {
+                   "restartPolicy": "Never", "containers": [{"name": "call", "image": "curl"}]}}}}}})
+    };
+    let path = "spec.template.spec.containers[0]";
+    let cases: Vec<BuiltinCase> = vec![
+        (
+            "Service type Bogus",
+            ("", "v1", "Service"),
+            service("s1", "Bogus", 80),
+            "spec.type".into(),
+            "Unsupported value: \"Bogus\"",
+        ),
+        (
+            "Service port 70000",
+            ("", "v1", "Service"),
+            service("s2", "ClusterIP", 70000),
+            "spec.ports[0].port".into(),
+            "must be between 1 and 65535",
+        ),
+        (
+            "Service named 1func",
+            ("", "v1", "Service"),
+            service("1func", "ClusterIP", 80),
+            "metadata.name".into(),
+            "DNS-1035 label",
+        ),
+        (
+            "memory lots",
+            ("apps", "v1", "Deployment"),
+            deployment(
+                "d1",
+                container(json!({"resources": {"limits": {"memory": "lots"}}})),
+            ),
+            format!("{path}.resources.limits[memory]"),
+            "quantities must match",
+        ),
+        (
+            "cpu request above limit",
+            ("apps", "v1", "Deployment"),
+            deployment(
+                "d2",
+                container(json!({"resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}}})),
+            ),
+            format!("{path}.resources.requests"),
+            "must be less than or equal to cpu limit",
+        ),
+        (
+            "containerPort 70000",
+            ("apps", "v1", "Deployment"),
+            deployment(
+                "d3",
+                container(json!({"ports": [{"containerPort": 70000}]})),
+            ),
+            format!("{path}.ports[0].containerPort"),
+            "must be between 1 and 65535",
+        ),
+        (
+            "imagePullPolicy Sometimes",
+            ("apps", "v1", "Deployment"),
+            deployment("d4", container(json!({"imagePullPolicy": "Sometimes"}))),
+            format!("{path}.imagePullPolicy"),
+            "Unsupported value",
+        ),
+        (
+            "container name with a dot",
+            ("apps", "v1", "Deployment"),
+            deployment("d5", json!({"name": "my.func", "image": "x"})),
+            format!("{path}.name"),
+            "RFC 1123 label",
+        ),
+        (
+            "label value of 69 characters",
+            ("apps", "v1", "Deployment"),
+            deployment(&"d".repeat(69), container(json!({}))),
+            "spec.template.metadata.labels".into(),
+            "must be no more than 63 characters",
+        ),
+        (
+            "probe with no handler",
+            ("apps", "v1", "Deployment"),
+            deployment(
+                "d6",
+                container(json!({"readinessProbe": {"periodSeconds": 5}})),
+            ),
+            format!("{path}.readinessProbe.handler"),
+            "Required value",
+        ),
+        (
+            "HPA minReplicas above maxReplicas",
+            ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+            hpa(5, 2),
+            "spec.minReplicas".into(),
+            "must be less than or equal to maxReplicas",
+        ),
+        (
+            "HPA maxReplicas 0",
+            ("autoscaling", "v2", "HorizontalPodAutoscaler"),
+            hpa(1, 0),
+            "spec.maxReplicas".into(),
+            "must be greater than or equal to 1",
+        ),
+        (
+            "CronJob schedule",
+            ("batch", "v1", "CronJob"),
+            cronjob("every minute"),
+            "spec.schedule".into(),
+            "unparseable schedule",
+        ),
+    ];
+    for (case, (group, version, kind), obj, field, text) in cases {
+        let api = api_for(group, version, kind);
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        let err = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .expect_err(case);
+        let kube::Error::Api(status) = err else {
+            panic!("{case}: not an API error: {err}")
+        };
+        assert_eq!(status.code, 422, "{case}: {status:?}");
+        let causes = status.details.map(|d| d.causes).unwrap_or_default();
+        assert!(
+            causes
+                .iter()
+                .any(|c| c.field == field && c.message.contains(text)),
+            "{case}: no cause on {field} containing {text:?}: {causes:?}"
+        );
+    }
+    // The good versions pass.
+    for (group, version, kind, obj) in [
+        ("", "v1", "Service", service("s1", "ClusterIP", 8080)),
+        (
+            "apps",
+            "v1",
+            "Deployment",
+            deployment(
+                "d1",
+                container(
+                    json!({"resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": 1, "memory": "128Mi"}}}),
+                ),
+            ),
+        ),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler", hpa(1, 3)),
+        ("batch", "v1", "CronJob", cronjob("*/5 * * * *")),
+    ] {
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        api_for(group, version, kind)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+    }
+    server.shutdown().await;
+}
