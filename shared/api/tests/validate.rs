@@ -243,6 +243,18 @@ fn transition_rules_see_the_old_object() {
     );
     let mut grown = json!({"spec": {"size": 6}});
     assert!(validate::validate_object(&schema, &mut grown, Some(&old)).is_empty());
+    // messageExpression builds the message from the value.
+    let schema2 = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"size": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.size < 10",
+            "messageExpression": "'size ' + string(self.size) + ' is too big'"}]}}});
+    let mut big = json!({"spec": {"size": 12}});
+    let errors = validate::validate_object(&schema2, &mut big, None);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].detail.ends_with("size 12 is too big"),
+        "{errors:?}"
+    );
     // On create the transition rule does not run.
     assert!(validate::validate_object(&schema, &mut new, None).is_empty());
 }
