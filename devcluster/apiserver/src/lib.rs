@@ -14,6 +14,7 @@ mod http;
 mod logs;
 pub mod patch;
 pub mod persist;
+mod podsecurity;
 mod proxy;
 pub mod registry;
 mod scale;

@@ -682,6 +682,9 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let name = meta(&obj, "name").unwrap_or_default();
         self.check_namespace(st, def, ns)?;
+        if def.gr.group.is_empty() && def.gr.resource == "pods" {
+            Self::admit_pod_security(st, ns, &name, &obj)?;
+        }
         let key = (
             if def.namespaced {
                 ns.to_string()
@@ -708,6 +711,26 @@ impl Store {
         self.defaults_on_create(def, &mut obj)?;
         self.validate(def, version, &mut obj, None)?;
         Ok((*self.commit(st, &def.gr, key, obj, EventType::Added)).clone())
+    }
+
+    /// PodSecurity admission in enforce mode: a Pod that breaks its namespace's enforced level
+    /// is refused with 403, as the real admission plugin does.
+    fn admit_pod_security(st: &State, ns: &str, name: &str, pod: &Value) -> Result<(), ApiError> {
+        let namespace = st
+            .objects
+            .get(&ns_gr())
+            .and_then(|m| m.get(&(String::new(), ns.to_string())));
+        let Some(level) = namespace.and_then(|n| crate::podsecurity::enforced_level(n)) else {
+            return Ok(());
+        };
+        let violations = crate::podsecurity::violations(level, pod);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "pods {name:?} is forbidden: violates PodSecurity \"{level}:latest\": {}",
+            violations.join(", ")
+        )))
     }
 
     /// What the real server's create strategies set: fresh status, namespace finalizer,

@@ -450,3 +450,121 @@ async fn bad_builtin_objects_are_refused_with_422_and_the_field() {
     }
     server.shutdown().await;
 }
+
+/// PodSecurity admission: a namespace's `pod-security.kubernetes.io/enforce` level refuses
+/// pods that break it with 403, as the real admission plugin does.
+#[tokio::test]
+async fn pod_security_enforce_levels() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    for (name, level) in [
+        ("restricted", Some("restricted")),
+        ("baseline", Some("baseline")),
+        ("open", None),
+    ] {
+        let mut ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        if let Some(level) = level {
+            ns["metadata"]["labels"] = json!({"pod-security.kubernetes.io/enforce": level});
+        }
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(ns).unwrap())
+            .await
+            .unwrap();
+    }
+    let pod = |name: &str, pod_sc: Value, sc: Value, extra: Value| -> Pod {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"securityContext": pod_sc,
+                     "containers": [{"name": "f", "image": "python:3.11", "securityContext": sc}]}});
+        if let (Some(spec), Some(e)) = (p["spec"].as_object_mut(), extra.as_object()) {
+            spec.extend(e.clone());
+        }
+        serde_json::from_value(p).unwrap()
+    };
+    let restricted_sc =
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}});
+    let restricted_pod_sc = json!({"runAsNonRoot": true, "runAsUser": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"}});
+    let create = |ns: &str, p: Pod| {
+        let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+        async move { api.create(&PostParams::default(), &p).await }
+    };
+    let forbidden = |r: Result<Pod, kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => s.message,
+        other => panic!("expected 403, got {other:?}"),
+    };
+
+    // restricted: a pod with no securityContext breaks four rules, named in the message.
+    let msg = forbidden(create("restricted", pod("bare", json!({}), json!({}), json!({}))).await);
+    for part in [
+        "violates PodSecurity \"restricted:latest\"",
+        "allowPrivilegeEscalation != false",
+        "unrestricted capabilities",
+        "runAsNonRoot != true",
+        "seccompProfile",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in {msg}");
+    }
+    // The same pod with the restricted securityContext is admitted.
+    create(
+        "restricted",
+        pod(
+            "ok",
+            restricted_pod_sc.clone(),
+            restricted_sc.clone(),
+            json!({}),
+        ),
+    )
+    .await
+    .unwrap();
+    // runAsUser 0 and a hostPath volume are refused even with the rest in place.
+    let mut root = restricted_pod_sc.clone();
+    root["runAsUser"] = json!(0);
+    let msg = forbidden(
+        create(
+            "restricted",
+            pod("root", root, restricted_sc.clone(), json!({})),
+        )
+        .await,
+    );
+    assert!(msg.contains("runAsUser=0"), "{msg}");
+
+    // baseline: privileged containers, host namespaces and hostPath volumes are refused.
+    let msg = forbidden(
+        create(
+            "baseline",
+            pod("priv", json!({}), json!({"privileged": true}), json!({})),
+        )
+        .await,
+    );
+    assert!(
+        msg.contains("violates PodSecurity \"baseline:latest\": privileged"),
+        "{msg}"
+    );
+    let msg = forbidden(
+        create(
+            "baseline",
+            pod(
+                "host",
+                json!({}),
+                json!({}),
+                json!({"hostNetwork": true, "volumes": [{"name": "root", "hostPath": {"path": "/"}}]}),
+            ),
+        )
+        .await,
+    );
+    assert!(msg.contains("host namespaces (hostNetwork=true)"), "{msg}");
+    assert!(msg.contains("hostPath volumes (\"root\")"), "{msg}");
+    // A plain pod passes baseline, and anything passes an unlabelled namespace.
+    create("baseline", pod("plain", json!({}), json!({}), json!({})))
+        .await
+        .unwrap();
+    create(
+        "open",
+        pod("priv", json!({}), json!({"privileged": true}), json!({})),
+    )
+    .await
+    .unwrap();
+    server.shutdown().await;
+}
