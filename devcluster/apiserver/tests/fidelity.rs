@@ -243,6 +243,44 @@ async fn kubectl_apply_refuses_bad_functions() {
             assert!(stderr.contains(field), "{case}: {field} not in {stderr}");
         }
     }
+
+    // Printer columns with JSONPath filters show their values in `kubectl get`.
+    let api = function_api(&client);
+    let good: DynamicObject = serde_json::from_value(function("shown", good_spec())).unwrap();
+    api.create(&PostParams::default(), &good).await.unwrap();
+    let status = json!({"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "DeploymentRefused",
+         "message": "m", "lastTransitionTime": "2026-11-24T00:00:00Z"}]}});
+    api.patch_status(
+        "shown",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await
+    .unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("kubectl")
+            .env("KUBECONFIG", kubeconfig)
+            .args(["get", "functions", "shown"])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with("shown"))
+        .unwrap_or("");
+    assert!(
+        row.contains("False") && row.contains("DeploymentRefused"),
+        "READY and REASON missing: {stdout}"
+    );
     server.shutdown().await;
 }
 
