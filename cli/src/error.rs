@@ -46,6 +46,10 @@ pub enum Error {
     },
     #[error(transparent)]
     Api(#[from] kubeless_api::Error),
+    /// The object breaks its CRD's schema or CEL rules: refused before it is sent, with the
+    /// message the API server would give.
+    #[error(transparent)]
+    Invalid(#[from] kubeless_api::validate::Invalid),
     /// The function reported a failure while we waited for it; the message is already printed.
     #[error("function {name} failed: {reason}: {message}")]
     FunctionFailed {

@@ -87,6 +87,7 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
     }
     let resolved = resolve(&flags).await?;
     let function = spec::apply(&name, &ctx.namespace, &flags, resolved, None)?;
+    kubeless_api::validate::function(&function)?;
     let trigger = schedule.map(|schedule| {
         let mut t = CronJobTrigger::new(
             &name,
@@ -100,6 +101,9 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         t.metadata.labels = function.metadata.labels.clone();
         t
     });
+    if let Some(t) = &trigger {
+        kubeless_api::validate::cronjob_trigger(t)?;
+    }
     if flags.dryrun {
         output::print(&output::render_dryrun(&function, flags.output)?)?;
         if let Some(t) = &trigger {
@@ -148,6 +152,7 @@ async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
     let resolved = resolve(&flags).await?;
     let existing = get_function(ctx, &name).await?;
     let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
+    kubeless_api::validate::function(&function)?;
     if flags.dryrun {
         function.metadata.managed_fields = None;
         return output::print(&output::render_dryrun(&function, flags.output)?);

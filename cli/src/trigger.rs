@@ -71,6 +71,7 @@ pub async fn run(ctx: &Ctx, cmd: TriggerCmd) -> Result<()> {
 
 trait Kind:
     Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + kube::CustomResourceExt
     + Clone
     + Debug
     + Serialize
@@ -79,6 +80,7 @@ trait Kind:
 }
 impl<K> Kind for K where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + kube::CustomResourceExt
         + Clone
         + Debug
         + Serialize
@@ -96,6 +98,8 @@ async fn write<K: Kind>(
 ) -> Result<()> {
     let name = obj.name_any();
     obj.meta_mut().managed_fields = None;
+    // Refused here with the API server's own message, before anything is sent.
+    kubeless_api::validate::resource(&obj, &name)?;
     if dry.dryrun {
         return output::print(&output::render_dryrun(&obj, dry.output)?);
     }

@@ -103,6 +103,24 @@ impl ApiError {
         e
     }
 
+    /// 422 Invalid from typed field errors: each cause carries its own reason and field, and
+    /// its message without the field, as the real server's Status does.
+    pub fn invalid_fields(
+        kind: &str,
+        group: &str,
+        name: &str,
+        errors: &[kubeless_api::validate::FieldError],
+    ) -> Self {
+        let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let mut e = Self::invalid(kind, group, name, &texts);
+        let causes: Vec<Value> = errors
+            .iter()
+            .map(|f| json!({"reason": f.kind.reason(), "message": f.detail, "field": f.field}))
+            .collect();
+        e.details = Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}));
+        e
+    }
+
     pub fn bad_request(msg: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", msg)
     }

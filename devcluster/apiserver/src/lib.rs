@@ -8,11 +8,13 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+mod builtin;
 pub mod errors;
 mod http;
 mod logs;
 pub mod patch;
 pub mod persist;
+mod podsecurity;
 mod proxy;
 pub mod registry;
 mod scale;

@@ -52,7 +52,9 @@ pub struct PrinterColumn {
     pub description: String,
 }
 
-pub type BuiltinValidator = fn(&Value) -> Result<(), String>;
+/// Checks a built-in object: its shape (the k8s-openapi type) and then its field values, as
+/// the real server's validation does; returns the field errors.
+pub type BuiltinValidator = fn(&Value) -> Vec<kubeless_api::validate::FieldError>;
 
 #[derive(Clone)]
 pub enum Validator {
@@ -93,8 +95,29 @@ impl ResourceDef {
     }
 }
 
-fn check<T: DeserializeOwned>(v: &Value) -> Result<(), String> {
-    T::deserialize(v).map(|_| ()).map_err(|e| e.to_string())
+fn shape<T: DeserializeOwned>(v: &Value) -> Option<kubeless_api::validate::FieldError> {
+    T::deserialize(v)
+        .err()
+        .map(|e| kubeless_api::validate::FieldError {
+            field: "<nil>".into(),
+            kind: kubeless_api::validate::ErrorType::TypeInvalid,
+            detail: format!("Invalid value: \"object\": {e}"),
+        })
+}
+
+/// The shape of `T`, then `values` on a well-formed object.
+fn checked<T: DeserializeOwned>(
+    v: &Value,
+    values: fn(&Value) -> Vec<kubeless_api::validate::FieldError>,
+) -> Vec<kubeless_api::validate::FieldError> {
+    match shape::<T>(v) {
+        Some(e) => vec![e],
+        None => values(v),
+    }
+}
+
+fn check<T: DeserializeOwned>(v: &Value) -> Vec<kubeless_api::validate::FieldError> {
+    checked::<T>(v, crate::builtin::metadata_only)
 }
 
 struct B {
@@ -133,7 +156,7 @@ fn builtins() -> Vec<B> {
             short: &["cm"],
             status: false,
             scale: false,
-            validator: check::<a::core::v1::ConfigMap>,
+            validator: |v| checked::<a::core::v1::ConfigMap>(v, crate::builtin::config_data),
         },
         B {
             group: "",
@@ -144,7 +167,7 @@ fn builtins() -> Vec<B> {
             short: &[],
             status: false,
             scale: false,
-            validator: check::<a::core::v1::Secret>,
+            validator: |v| checked::<a::core::v1::Secret>(v, crate::builtin::config_data),
         },
         B {
             group: "",
@@ -166,7 +189,7 @@ fn builtins() -> Vec<B> {
             short: &["svc"],
             status: true,
             scale: false,
-            validator: check::<a::core::v1::Service>,
+            validator: |v| checked::<a::core::v1::Service>(v, crate::builtin::service),
         },
         B {
             group: "",
@@ -188,7 +211,7 @@ fn builtins() -> Vec<B> {
             short: &["po"],
             status: true,
             scale: false,
-            validator: check::<a::core::v1::Pod>,
+            validator: |v| checked::<a::core::v1::Pod>(v, crate::builtin::pod),
         },
         B {
             group: "",
@@ -210,7 +233,7 @@ fn builtins() -> Vec<B> {
             short: &["deploy"],
             status: true,
             scale: true,
-            validator: check::<a::apps::v1::Deployment>,
+            validator: |v| checked::<a::apps::v1::Deployment>(v, crate::builtin::deployment),
         },
         B {
             group: "batch",
@@ -221,7 +244,7 @@ fn builtins() -> Vec<B> {
             short: &[],
             status: true,
             scale: false,
-            validator: check::<a::batch::v1::Job>,
+            validator: |v| checked::<a::batch::v1::Job>(v, crate::builtin::job),
         },
         B {
             group: "batch",
@@ -232,7 +255,7 @@ fn builtins() -> Vec<B> {
             short: &["cj"],
             status: true,
             scale: false,
-            validator: check::<a::batch::v1::CronJob>,
+            validator: |v| checked::<a::batch::v1::CronJob>(v, crate::builtin::cronjob),
         },
         B {
             group: "networking.k8s.io",
@@ -254,7 +277,9 @@ fn builtins() -> Vec<B> {
             short: &["hpa"],
             status: true,
             scale: false,
-            validator: check::<a::autoscaling::v2::HorizontalPodAutoscaler>,
+            validator: |v| {
+                checked::<a::autoscaling::v2::HorizontalPodAutoscaler>(v, crate::builtin::hpa)
+            },
         },
         B {
             group: "coordination.k8s.io",

@@ -131,8 +131,41 @@ fn is_dns_label(s: &str) -> bool {
         && !s.ends_with('-')
 }
 
+/// A DNS-1123 subdomain as Kubernetes checks it: at most 253 characters of dot-separated
+/// labels (the labels themselves are not limited to 63 here).
 fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(label_ok)
+}
+
+/// A DNS-1035 label: a DNS-1123 label that starts with a letter (Service names).
+fn is_dns1035_label(s: &str) -> bool {
+    is_dns_label(s) && s.starts_with(|c: char| c.is_ascii_lowercase())
+}
+
+/// The real server's name rule per kind: DNS-1035 label for Services, DNS-1123 label for
+/// Namespaces, DNS-1123 subdomain for everything else (custom resources included).
+fn name_error(def: &ResourceDef, name: &str) -> Option<String> {
+    let core = def.gr.group.is_empty();
+    match def.gr.resource.as_str() {
+        "services" if core && !is_dns1035_label(name) => Some(format!(
+            "metadata.name: Invalid value: \"{name}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+        )),
+        "namespaces" if core && !is_dns_label(name) => Some(format!(
+            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+        )),
+        "services" | "namespaces" if core => None,
+        _ if !is_dns_subdomain(name) => Some(format!(
+            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+        )),
+        _ => None,
+    }
 }
 
 fn random_suffix() -> String {
@@ -479,35 +512,43 @@ impl Store {
     }
 
     /// Checks the object against its type (k8s-openapi) or CRD schema (pruning unknown fields).
-    fn validate(&self, def: &ResourceDef, version: &str, obj: &mut Value) -> Result<(), ApiError> {
+    /// `old` is the stored object on updates (for CEL transition rules).
+    fn validate(
+        &self,
+        def: &ResourceDef,
+        version: &str,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
         let name = meta(obj, "name").unwrap_or_default();
-        let name_ok = if matches!(def.gr.resource.as_str(), "namespaces" | "services")
-            && def.gr.group.is_empty()
-        {
-            is_dns_label(&name)
-        } else {
-            is_dns_subdomain(&name)
-        };
-        if !name_ok {
-            return Err(ApiError::invalid(
-                &def.kind,
-                &def.gr.group,
-                &name,
-                &[format!(
-                    "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-                )],
-            ));
+        if let Some(cause) = name_error(def, &name) {
+            return Err(ApiError::invalid(&def.kind, &def.gr.group, &name, &[cause]));
         }
         match &def.validator {
             Validator::Builtin(f) => {
-                f(obj).map_err(|e| ApiError::invalid(&def.kind, &def.gr.group, &name, &[e]))
+                let errors = f(obj);
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(ApiError::invalid_fields(
+                        &def.kind,
+                        &def.gr.group,
+                        &name,
+                        &errors,
+                    ))
+                }
             }
             Validator::Crd(schemas) => {
                 let schema = schemas.get(version).cloned().flatten();
                 if let Some(s) = schema {
-                    let errors = s.validate_and_prune(obj);
+                    let errors = s.validate_and_prune(obj, old);
                     if !errors.is_empty() {
-                        return Err(ApiError::invalid(&def.kind, &def.gr.group, &name, &errors));
+                        return Err(ApiError::invalid_fields(
+                            &def.kind,
+                            &def.gr.group,
+                            &name,
+                            &errors,
+                        ));
                     }
                 }
                 Ok(())
@@ -641,6 +682,9 @@ impl Store {
     ) -> Result<Value, ApiError> {
         let name = meta(&obj, "name").unwrap_or_default();
         self.check_namespace(st, def, ns)?;
+        if def.gr.group.is_empty() && def.gr.resource == "pods" {
+            Self::admit_pod_security(st, ns, &name, &obj)?;
+        }
         let key = (
             if def.namespaced {
                 ns.to_string()
@@ -665,8 +709,28 @@ impl Store {
             m.remove("resourceVersion");
         }
         self.defaults_on_create(def, &mut obj)?;
-        self.validate(def, version, &mut obj)?;
+        self.validate(def, version, &mut obj, None)?;
         Ok((*self.commit(st, &def.gr, key, obj, EventType::Added)).clone())
+    }
+
+    /// PodSecurity admission in enforce mode: a Pod that breaks its namespace's enforced level
+    /// is refused with 403, as the real admission plugin does.
+    fn admit_pod_security(st: &State, ns: &str, name: &str, pod: &Value) -> Result<(), ApiError> {
+        let namespace = st
+            .objects
+            .get(&ns_gr())
+            .and_then(|m| m.get(&(String::new(), ns.to_string())));
+        let Some(level) = namespace.and_then(|n| crate::podsecurity::enforced_level(n)) else {
+            return Ok(());
+        };
+        let violations = crate::podsecurity::violations(level, pod);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "pods {name:?} is forbidden: violates PodSecurity \"{level}:latest\": {}",
+            violations.join(", ")
+        )))
     }
 
     /// What the real server's create strategies set: fresh status, namespace finalizer,
@@ -827,7 +891,7 @@ impl Store {
                 obj["metadata"]["generation"] = json!(g + 1);
             }
         }
-        self.validate(def, version, &mut obj)?;
+        self.validate(def, version, &mut obj, Some(cur))?;
         if *def.gr.resource == *"customresourcedefinitions"
             && def.gr.group == "apiextensions.k8s.io"
         {

@@ -44,7 +44,9 @@ pub fn human_age(ts: Option<&str>) -> String {
     }
 }
 
-/// Evaluates the simple JSONPath forms printer columns use (`.a.b`, `.a[0].b`).
+/// Evaluates the JSONPath forms printer columns use: `.a.b`, `.a[0].b`, and filters such as
+/// `.status.conditions[?(@.type=="Ready")].status` (with the serde_json_path crate; the first
+/// match is shown, as kubectl does for a single-valued column).
 pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
     let path = path
@@ -52,6 +54,10 @@ pub fn json_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
         .trim_start_matches('{')
         .trim_end_matches('}')
         .trim_start_matches('$');
+    if path.contains("[?") {
+        let query = serde_json_path::JsonPath::parse(&format!("${path}")).ok()?;
+        return query.query(obj).first();
+    }
     for part in path.split('.').filter(|p| !p.is_empty()) {
         let (name, idx) = match part.find('[') {
             Some(i) => (
@@ -519,6 +525,21 @@ mod tests {
         assert_eq!(json_path(&o, ".spec.a[0].b"), Some(&json!(3)));
         assert_eq!(json_path(&o, "{.spec.a[0].b}"), Some(&json!(3)));
         assert_eq!(json_path(&o, ".spec.x"), None);
+        let f = json!({"status": {"conditions": [
+            {"type": "Available", "status": "False"},
+            {"type": "Ready", "status": "True", "reason": "Reconciled"}]}});
+        assert_eq!(
+            json_path(&f, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(
+            json_path(&f, ".status.conditions[?(@.type==\"Ready\")].reason"),
+            Some(&json!("Reconciled"))
+        );
+        assert_eq!(
+            json_path(&f, ".status.conditions[?(@.type==\"Gone\")].status"),
+            None
+        );
     }
 
     #[test]

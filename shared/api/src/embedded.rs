@@ -21,6 +21,7 @@ use serde_json::{Map, Value};
 
 use crate::{
     Error,
+    constraints::Embedded,
     schema::{deployment_schema, fill_required, relaxed_schema_for, service_spec_schema},
 };
 
@@ -42,7 +43,7 @@ impl JsonSchema for DeploymentTemplate {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        relaxed_schema_for::<Deployment>(generator, DEPLOYMENT_DESC)
+        relaxed_schema_for::<Deployment>(generator, DEPLOYMENT_DESC, Embedded::Deployment)
     }
 }
 
@@ -80,7 +81,7 @@ impl JsonSchema for ServiceTemplate {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        relaxed_schema_for::<ServiceSpec>(generator, SERVICE_DESC)
+        relaxed_schema_for::<ServiceSpec>(generator, SERVICE_DESC, Embedded::Service)
     }
 }
 

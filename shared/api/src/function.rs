@@ -41,6 +41,8 @@ pub fn in_cluster_url(name: &str, namespace: &str, port: i32) -> String {
     shortname = "fn",
     category = "kubeless",
     doc = "A Kubeless function: source code or image, runtime, and Deployment/Service/HPA templates.",
+    validation = crate::constraints::function_name_length_rule(),
+    validation = crate::constraints::function_name_format_rule(),
     printcolumn(name = "Runtime", type_ = "string", json_path = ".spec.runtime"),
     printcolumn(name = "Handler", type_ = "string", json_path = ".spec.handler"),
     printcolumn(
@@ -62,6 +64,7 @@ pub fn in_cluster_url(name: &str, namespace: &str, port: i32) -> String {
 pub struct FunctionSpec {
     /// Entry point as `<file>.<function>`; for zip or tar content `<file>` picks the file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::HANDLER_PATTERN), length(max = 253))]
     pub handler: Option<String>,
     /// The function source: plain text, base64 or a URL, as told by function-content-type.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,17 +76,21 @@ pub struct FunctionSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(regex(pattern = crate::constraints::CONTENT_TYPE_PATTERN))]
     pub function_content_type: Option<String>,
     /// `sha256:<hex>` of the decoded function content, verified before it runs. Empty skips the
     /// check.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::CHECKSUM_PATTERN))]
     pub checksum: Option<String>,
     /// Runtime as `<id><version>`, e.g. python3.11 or nodejs20. May be empty when
     /// deployment.spec.template.spec.containers[0].image names a prebuilt image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::RUNTIME_PATTERN), length(max = 63))]
     pub runtime: Option<String>,
-    /// Maximum duration of one call in whole seconds, as a string. Default "180".
+    /// Maximum duration of one call in whole seconds (1 to 999999), as a string. Default "180".
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::TIMEOUT_PATTERN))]
     pub timeout: Option<String>,
     /// Content of the runtime's dependency file (requirements.txt, package.json, go.mod, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]

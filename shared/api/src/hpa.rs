@@ -23,6 +23,7 @@ use serde_json::Value;
 
 use crate::{
     Error,
+    constraints::Embedded,
     embedded::{is_vacuous, object_or_empty},
     schema::{fill_required, hpa_behavior_schema, object_meta_schema, relaxed_schema_for},
 };
@@ -43,7 +44,7 @@ impl JsonSchema for HpaTemplate {
     }
 
     fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        relaxed_schema_for::<HpaCompat>(generator, HPA_DESC)
+        relaxed_schema_for::<HpaCompat>(generator, HPA_DESC, Embedded::Hpa)
     }
 }
 

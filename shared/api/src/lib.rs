@@ -9,6 +9,7 @@
 #![allow(clippy::duplicated_attributes)]
 
 pub mod conditions;
+pub mod constraints;
 pub mod delivery;
 pub mod embedded;
 mod error;
@@ -18,6 +19,7 @@ pub mod labels;
 pub mod parse;
 pub mod schema;
 pub mod triggers;
+pub mod validate;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

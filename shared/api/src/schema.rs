@@ -7,6 +7,8 @@ use std::sync::OnceLock;
 use schemars::{JsonSchema, Schema, generate::SchemaSettings, json_schema};
 use serde_json::{Map, Value};
 
+use crate::constraints::{Embedded, harden};
+
 /// The same settings `#[derive(CustomResource)]` uses, so schemas generated here match the
 /// schemas inside the CRDs (inline, no `$ref`, `nullable` instead of `null` types).
 pub fn structural_settings() -> SchemaSettings {
@@ -85,12 +87,16 @@ pub fn strip_nested_descriptions(schema: &mut Value) {
 
 /// Schema of an embedded Kubernetes object: `T`'s schema with `required` relaxed throughout
 /// and nested descriptions removed.
+/// The API server's value constraints are added for the kind of template (see
+/// [`crate::constraints`]).
 pub fn relaxed_schema_for<T: JsonSchema>(
     generator: &mut schemars::SchemaGenerator,
     description: &str,
+    embedded: Embedded,
 ) -> Schema {
     let mut value = generator.subschema_for::<T>().to_value();
     relax_required(&mut value);
+    harden(&mut value, embedded);
     strip_nested_descriptions(&mut value);
     // Kubeless `--dryrun -o yaml` output carries nulls (`containers: null`,
     // `creationTimestamp: null`); nullable keeps the API server from pruning them.

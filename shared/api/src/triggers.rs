@@ -62,9 +62,11 @@ pub enum Gateway {
 pub struct HttpTriggerSpec {
     /// Name of the Function (same namespace) that receives the requests.
     #[serde(rename = "function-name")]
+    #[schemars(regex(pattern = crate::constraints::DNS1035_LABEL_PATTERN), length(min = 1, max = 63))]
     pub function_name: String,
     /// Host of the Ingress rule. Empty: `<function>.<ingress-ip>.nip.io` with nginx.
     #[serde(rename = "host-name", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::HOST_PATTERN), length(max = 253))]
     pub host_name: Option<String>,
     /// Request a certificate through ACME (kubernetes.io/tls-acme); the secret is
     /// `<trigger>-tls`. Exclusive with tls-secret.
@@ -76,6 +78,7 @@ pub struct HttpTriggerSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(regex(pattern = crate::constraints::OPTIONAL_SUBDOMAIN_PATTERN), length(max = 253))]
     pub tls_secret: Option<String>,
     /// URL path routed to the function (without the leading slash). Default: root.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,9 +89,11 @@ pub struct HttpTriggerSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
+    #[schemars(regex(pattern = crate::constraints::OPTIONAL_SUBDOMAIN_PATTERN), length(max = 253))]
     pub basic_auth_secret: Option<String>,
     /// Ingress controller: nginx (default), traefik or kong.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::GATEWAY_PATTERN))]
     pub gateway: Option<String>,
     /// Enable CORS annotations on the Ingress.
     #[serde(
@@ -191,10 +196,13 @@ pub const DEFAULT_FAILED_JOBS_HISTORY: i32 = 1;
     )
 )]
 pub struct CronJobTriggerSpec {
-    /// Cron schedule in the five-field crontab format, e.g. `*/5 * * * *`.
+    /// Cron schedule in the five-field crontab format, e.g. `*/5 * * * *`, or an alias such as
+    /// `@hourly`. Six fields (leading seconds) only run in the controller's scheduler mode.
+    #[schemars(regex(pattern = crate::constraints::CRON_SCHEDULE_PATTERN))]
     pub schedule: String,
     /// Name of the Function (same namespace) to call.
     #[serde(rename = "function-name")]
+    #[schemars(regex(pattern = crate::constraints::DNS1035_LABEL_PATTERN), length(min = 1, max = 63))]
     pub function_name: String,
     /// JSON sent as the request body (POST). Absent or null: the call is a GET without body.
     #[serde(
@@ -544,6 +552,7 @@ impl StartingPosition {
 pub struct KinesisTriggerSpec {
     /// Name of the Function (same namespace) that receives the records.
     #[serde(rename = "function-name")]
+    #[schemars(regex(pattern = crate::constraints::DNS1035_LABEL_PATTERN), length(min = 1, max = 63))]
     pub function_name: String,
     /// AWS region of the stream.
     #[serde(

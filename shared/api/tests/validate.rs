@@ -1,0 +1,287 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The CRD schema constraints and CEL rules refuse the inputs a real API server refuses, with
+//! the field path, through `kubeless_api::validate` (the same code devcluster runs).
+
+use kubeless_api::{
+    CronJobTrigger, Function, HttpTrigger,
+    validate::{self, ErrorType, Invalid},
+};
+use serde_json::{Value, json};
+
+fn function(name: &str, spec: Value) -> Function {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1",
+        "kind": "Function",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn base_spec() -> Value {
+    json!({
+        "runtime": "python3.11",
+        "handler": "hello.handler",
+        "function": "def handler(event, context):\n    return 'hi'\n",
+        "function-content-type": "text",
+        "timeout": "180",
+        "deployment": {"spec": {"template": {"spec": {"containers": [{
+            "name": "f",
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
+                          "limits": {"cpu": "1", "memory": "128Mi"}},
+            "ports": [{"containerPort": 8080, "protocol": "TCP"}]
+        }]}}}},
+        "service": {"type": "ClusterIP", "ports": [{"name": "http-function-port", "port": 8080, "targetPort": 8080}]},
+        "horizontalPodAutoscaler": {"spec": {"minReplicas": 1, "maxReplicas": 3}}
+    })
+}
+
+/// Sets `value` at a JSON pointer inside the base spec.
+fn with(pointer: &str, value: Value) -> Value {
+    let mut spec = base_spec();
+    *spec.pointer_mut(pointer).unwrap() = value;
+    spec
+}
+
+fn refused(f: &Function) -> Invalid {
+    validate::function(f).expect_err("the Function should be refused")
+}
+
+fn assert_field(err: &Invalid, field: &str, contains: &str) {
+    assert!(
+        err.errors
+            .iter()
+            .any(|e| e.field == field && e.detail.contains(contains)),
+        "expected an error on {field} containing {contains:?}, got: {err}"
+    );
+}
+
+#[test]
+fn a_good_function_passes() {
+    validate::function(&function("hello", base_spec())).unwrap();
+    // Minimal, as `kubeless function deploy` writes it.
+    validate::function(&function(
+        "f1",
+        json!({"runtime": "nodejs20", "handler": "mod.fn", "function": "x"}),
+    ))
+    .unwrap();
+}
+
+#[test]
+fn memory_that_is_not_a_quantity() {
+    let spec = with(
+        "/deployment/spec/template/spec/containers/0/resources/limits/memory",
+        json!("lots"),
+    );
+    let err = refused(&function("hello", spec));
+    assert_field(
+        &err,
+        "spec.deployment.spec.template.spec.containers[0].resources.limits.memory",
+        "Invalid value: \"lots\"",
+    );
+    assert!(
+        err.to_string()
+            .starts_with("Function.kubeless.io \"hello\" is invalid: ")
+    );
+}
+
+#[test]
+fn port_out_of_range() {
+    let err = refused(&function(
+        "hello",
+        with("/service/ports/0/port", json!(70000)),
+    ));
+    assert_field(
+        &err,
+        "spec.service.ports[0].port",
+        "should be less than or equal to 65535",
+    );
+    let err = refused(&function(
+        "hello",
+        with(
+            "/deployment/spec/template/spec/containers/0/ports/0/containerPort",
+            json!(0),
+        ),
+    ));
+    assert_field(
+        &err,
+        "spec.deployment.spec.template.spec.containers[0].ports[0].containerPort",
+        "greater than or equal to 1",
+    );
+}
+
+#[test]
+fn service_type_outside_the_enum() {
+    let err = refused(&function("hello", with("/service/type", json!("Bogus"))));
+    assert_field(&err, "spec.service.type", "Unsupported value: \"Bogus\"");
+    assert_eq!(err.errors[0].kind, ErrorType::NotSupported);
+}
+
+#[test]
+fn cpu_request_above_limit_is_refused_by_cel() {
+    let spec = with(
+        "/deployment/spec/template/spec/containers/0/resources/requests/cpu",
+        json!("2"),
+    );
+    let err = refused(&function("hello", spec));
+    assert_field(
+        &err,
+        "spec.deployment.spec.template.spec.containers[0].resources",
+        "requests must be less than or equal to their limits",
+    );
+    // Equal is fine, and integer quantities work as well as strings.
+    let spec = with(
+        "/deployment/spec/template/spec/containers/0/resources",
+        json!({"requests": {"cpu": 1}, "limits": {"cpu": "1000m"}}),
+    );
+    validate::function(&function("hello", spec)).unwrap();
+}
+
+#[test]
+fn hpa_min_above_max_is_refused_by_cel() {
+    let err = refused(&function(
+        "hello",
+        with(
+            "/horizontalPodAutoscaler/spec",
+            json!({"minReplicas": 5, "maxReplicas": 2}),
+        ),
+    ));
+    assert_field(
+        &err,
+        "spec.horizontalPodAutoscaler.spec",
+        "minReplicas must be less than or equal to maxReplicas",
+    );
+    let err = refused(&function(
+        "hello",
+        with(
+            "/horizontalPodAutoscaler/spec",
+            json!({"scaleTargetRef": {"kind": "Deployment", "name": "hello"}, "maxReplicas": 0}),
+        ),
+    ));
+    assert_field(
+        &err,
+        "spec.horizontalPodAutoscaler.spec",
+        "needs maxReplicas >= 1",
+    );
+}
+
+#[test]
+fn function_names_that_cannot_be_a_service_or_label_value() {
+    for name in ["1func", "my.func"] {
+        let err = refused(&function(name, base_spec()));
+        assert!(err.to_string().contains("DNS-1035 label"), "{name}: {err}");
+    }
+    let long = "f".repeat(69);
+    let err = refused(&function(&long, base_spec()));
+    assert!(
+        err.to_string().contains("no more than 63 characters"),
+        "{err}"
+    );
+    validate::function(&function(&"f".repeat(63), base_spec())).unwrap();
+}
+
+#[test]
+fn handler_timeout_runtime_and_content_type() {
+    for (field, value, path) in [
+        ("/handler", "nodot", "spec.handler"),
+        ("/timeout", "abc", "spec.timeout"),
+        ("/timeout", "0", "spec.timeout"),
+        ("/runtime", "python", "spec.runtime"),
+        (
+            "/function-content-type",
+            "base64+rar",
+            "spec.function-content-type",
+        ),
+    ] {
+        let err = refused(&function("hello", with(field, json!(value))));
+        assert_field(&err, path, "should match");
+    }
+}
+
+#[test]
+fn triggers() {
+    let cron: CronJobTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+        "metadata": {"name": "c", "namespace": "default"},
+        "spec": {"schedule": "every minute", "function-name": "hello"}
+    }))
+    .unwrap();
+    let err = validate::cronjob_trigger(&cron).unwrap_err();
+    assert_field(&err, "spec.schedule", "should match");
+    let mut ok = cron.clone();
+    ok.spec.schedule = "*/5 * * * *".into();
+    validate::cronjob_trigger(&ok).unwrap();
+    ok.spec.schedule = "@hourly".into();
+    validate::cronjob_trigger(&ok).unwrap();
+
+    let http: HttpTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+        "metadata": {"name": "h", "namespace": "default"},
+        "spec": {"function-name": "1func", "gateway": "haproxy"}
+    }))
+    .unwrap();
+    let err = validate::http_trigger(&http).unwrap_err();
+    assert_field(&err, "spec.function-name", "should match");
+    assert_field(&err, "spec.gateway", "should match");
+}
+
+#[test]
+fn transition_rules_see_the_old_object() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"spec": {"type": "object",
+            "properties": {"size": {"type": "integer"}},
+            "x-kubernetes-validations": [{"rule": "self.size >= oldSelf.size", "message": "size may not shrink"}]}}
+    });
+    let old = json!({"spec": {"size": 5}});
+    let mut new = json!({"spec": {"size": 3}});
+    let errors = validate::validate_object(&schema, &mut new, Some(&old));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(
+        errors[0].to_string(),
+        "spec: Invalid value: \"object\": size may not shrink"
+    );
+    let mut grown = json!({"spec": {"size": 6}});
+    assert!(validate::validate_object(&schema, &mut grown, Some(&old)).is_empty());
+    // messageExpression builds the message from the value.
+    let schema2 = json!({"type": "object", "properties": {"spec": {"type": "object",
+        "properties": {"size": {"type": "integer"}},
+        "x-kubernetes-validations": [{"rule": "self.size < 10",
+            "messageExpression": "'size ' + string(self.size) + ' is too big'"}]}}});
+    let mut big = json!({"spec": {"size": 12}});
+    let errors = validate::validate_object(&schema2, &mut big, None);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].detail.ends_with("size 12 is too big"),
+        "{errors:?}"
+    );
+    // On create the transition rule does not run.
+    assert!(validate::validate_object(&schema, &mut new, None).is_empty());
+}
+
+/// Every Kubeless manifest the round-trip tests use (real Kubeless 1.0 output included) still
+/// passes the stricter schema.
+#[test]
+fn every_fixture_manifest_passes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let value: Value = serde_yaml::from_str(&text).unwrap();
+        let result = match value["kind"].as_str().unwrap() {
+            "Function" => validate::function(&serde_json::from_value(value).unwrap()),
+            "HTTPTrigger" => validate::http_trigger(&serde_json::from_value(value).unwrap()),
+            "CronJobTrigger" => validate::cronjob_trigger(&serde_json::from_value(value).unwrap()),
+            "KafkaTrigger" => validate::kafka_trigger(&serde_json::from_value(value).unwrap()),
+            "NATSTrigger" => validate::nats_trigger(&serde_json::from_value(value).unwrap()),
+            "KinesisTrigger" => validate::kinesis_trigger(&serde_json::from_value(value).unwrap()),
+            other => panic!("{}: unknown kind {other}", path.display()),
+        };
+        if let Err(e) = result {
+            panic!("{}: {e}", path.display());
+        }
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} fixtures found");
+}
