@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod args;
+pub mod guard;
 pub mod lease;
 pub mod metrics;
 pub mod run;
@@ -13,6 +14,7 @@ pub mod telemetry;
 
 pub use admin::{AdminServer, Readiness};
 pub use args::{ServiceArgs, ServiceConfig};
+pub use guard::{InvalidObjects, guarded_watch, report_all_invalid, report_invalid};
 pub use lease::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use run::{Context, METRICS_PREFIX, RunError, run, run_inner};
