@@ -12,6 +12,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
+    core::{DeserializeGuard, error_boundary::InvalidObject},
     api::{DeleteParams, LogParams, Patch, PatchParams},
     runtime::{
         controller::Action,
@@ -21,7 +22,7 @@ use kube::{
     },
 };
 use kubeless_api::{
-    Condition, Function, FunctionStatus,
+    Condition, Function, FunctionSpec, FunctionStatus,
     conditions::{READY, find_condition, reasons, set_condition},
     labels::{FUNCTION, FUNCTION_FINALIZER},
 };
@@ -69,6 +70,48 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: ControllerMetrics,
+    /// Retry delays of failing Functions.
+    pub backoff: Backoff,
+}
+
+/// Per-object exponential backoff of failed reconciles.
+#[derive(Default)]
+pub struct Backoff {
+    failures: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
+}
+
+/// First retry delay after a failure.
+pub const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
+/// Longest retry delay.
+pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+impl Backoff {
+    /// Counts a failure of `key` and returns how long to wait before the next try.
+    pub fn next(&self, key: (String, String)) -> Duration {
+        let mut m = self
+            .failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(key).or_insert(0);
+        let delay = backoff_delay(*n);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    /// Forgets the failures of `key` (it reconciled fine).
+    pub fn reset(&self, key: &(String, String)) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(key);
+    }
+}
+
+/// The delay after `previous_failures` earlier failures: 1 s, 2 s, 4 s, ... capped at 5 min.
+pub fn backoff_delay(previous_failures: u32) -> Duration {
+    BACKOFF_INITIAL
+        .saturating_mul(2u32.saturating_pow(previous_failures.min(16)))
+        .min(BACKOFF_MAX)
 }
 
 impl Context {
@@ -95,9 +138,30 @@ impl Context {
     }
 }
 
-/// Reconciles one Function (the `Controller::run` callback).
+/// Reconciles one Function (the `Controller::run` callback). The watch is guarded: a Function
+/// that does not deserialize arrives as an error and is marked `InvalidSpec` instead of
+/// stopping the watch of every other Function.
+pub async fn reconcile(guard: Arc<DeserializeGuard<Function>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = key_of(&guard);
+    let result = match &guard.0 {
+        Ok(f) => reconcile_function(Arc::new(f.clone()), Arc::clone(&ctx)).await,
+        Err(bad) => reconcile_invalid(bad, &ctx).await,
+    };
+    if result.is_ok() {
+        ctx.backoff.reset(&key);
+    }
+    result
+}
+
+fn key_of(guard: &DeserializeGuard<Function>) -> (String, String) {
+    (
+        guard.meta().namespace.clone().unwrap_or_default(),
+        guard.meta().name.clone().unwrap_or_default(),
+    )
+}
+
 #[tracing::instrument(skip_all, fields(function = %f.name_any(), namespace = f.namespace().unwrap_or_default()))]
-pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_function(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let ns = f
@@ -105,15 +169,6 @@ pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Er
         .ok_or_else(|| Error::NoNamespace(f.name_any()))?;
     ctx.caches_ready().await;
     let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
-    if f.metadata.deletion_timestamp.is_none()
-        && !f.finalizers().iter().any(|x| x == FUNCTION_FINALIZER)
-    {
-        // kube's finalizer helper adds it with a JSON patch whose `test` of a missing list
-        // devcluster rejects; a merge patch guarded by resourceVersion is equivalent.
-        add_finalizer(&api, &f, &ctx).await?;
-        ctx.metrics.observe(started.elapsed());
-        return Ok(Action::await_change());
-    }
     let result = finalizer(&api, FUNCTION_FINALIZER, f, |event| async {
         match event {
             Finalizer::Apply(f) => apply(&f, &ctx).await,
@@ -126,28 +181,87 @@ pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Er
     result
 }
 
-async fn add_finalizer(api: &Api<Function>, f: &Function, ctx: &Context) -> Result<(), Error> {
-    let mut finalizers = f.finalizers().to_vec();
-    finalizers.push(FUNCTION_FINALIZER.to_string());
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": f.resource_version()}
-    });
-    ctx.metrics.write("Function", "finalizer");
-    api.patch(
-        &f.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::AddFinalizer)?;
-    Ok(())
+/// A Function that does not deserialize: `Ready=False` `InvalidSpec` and a Warning Event;
+/// when it is being deleted, its children are still cleaned up (they are found by name and
+/// owner uid, which the metadata carries) so the finalizer does not hold it forever.
+#[tracing::instrument(skip_all, fields(function = bad.metadata.name.as_deref().unwrap_or_default()))]
+async fn reconcile_invalid(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error> {
+    ctx.metrics.reconciles.inc();
+    ctx.metrics.error(reasons::INVALID_SPEC);
+    let ns = bad
+        .metadata
+        .namespace
+        .clone()
+        .ok_or_else(|| Error::NoNamespace(bad.metadata.name.clone().unwrap_or_default()))?;
+    let name = bad.metadata.name.clone().unwrap_or_default();
+    let ours = bad
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|l| l.iter().any(|x| x == FUNCTION_FINALIZER));
+    if bad.metadata.deletion_timestamp.is_some() {
+        if ours {
+            ctx.caches_ready().await;
+            let shell = Function {
+                metadata: bad.metadata.clone(),
+                spec: FunctionSpec::default(),
+                status: None,
+            };
+            cleanup(&shell, ctx).await?;
+            let remaining: Vec<String> = bad
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|x| *x != FUNCTION_FINALIZER)
+                .cloned()
+                .collect();
+            let api: Api<DeserializeGuard<Function>> = Api::namespaced(ctx.client.clone(), &ns);
+            let patch = FinalizersPatch {
+                metadata: FinalizersMeta {
+                    finalizers: remaining,
+                    resource_version: bad.metadata.resource_version.clone(),
+                },
+            };
+            ctx.metrics.write("Function", "finalizer");
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::RemoveFinalizer)?;
+        }
+        return Ok(Action::await_change());
+    }
+    ctx.metrics.write("Function/status", "patch");
+    kubeless_service::report_invalid::<Function>(&ctx.client, &ctx.recorder, bad, FIELD_MANAGER)
+        .await
+        .map_err(|source| Error::Status {
+            namespace: ns,
+            name,
+            source,
+        })?;
+    Ok(Action::await_change())
 }
 
-/// What to do after a failed reconcile: count it and retry soon.
-pub fn error_policy(f: Arc<Function>, err: &Error, ctx: Arc<Context>) -> Action {
+#[derive(Serialize, Debug)]
+struct FinalizersPatch {
+    metadata: FinalizersMeta,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct FinalizersMeta {
+    finalizers: Vec<String>,
+    /// Guards against removing a finalizer someone added meanwhile.
+    resource_version: Option<String>,
+}
+
+/// What to do after a failed reconcile: count it and retry with exponential backoff per
+/// Function (1 s doubling up to 5 min, reset by the next successful reconcile), so a write the
+/// server keeps refusing does not turn into a request every few seconds.
+pub fn error_policy(f: Arc<DeserializeGuard<Function>>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(err.metric_label());
-    tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    let delay = ctx.backoff.next(key_of(&f));
+    tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
@@ -162,7 +276,17 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
-    apply_children(f, ctx, &desired).await?;
+    if let Err(e) = apply_children(f, ctx, &desired).await {
+        // What the server refused (invalid child, quota, admission webhook, conflict) is shown
+        // on the Function with the server's own message; the error then backs off.
+        if let Some(message) = e.refusal_message() {
+            let cond = Condition::not_ready(reasons::APPLY_FAILED, message);
+            if let Err(status_err) = write_status(f, ctx, cond, None).await {
+                tracing::warn!(error = %status_err, "recording the refused write failed");
+            }
+        }
+        return Err(e);
+    }
 
     let ns = f.namespace().unwrap_or_default();
     let name = f.name_any();
@@ -484,7 +608,7 @@ async fn publish_warning(ctx: &Context, f: &Function, reason: &str, note: &str) 
 
 /// Maps a child object to the Function named by its `function` label (pods are not owned by
 /// the Function directly).
-pub fn function_of<K: Resource>(obj: &K) -> Option<ObjectRef<Function>> {
+pub fn function_of<K: Resource, F: Resource<DynamicType = ()>>(obj: &K) -> Option<ObjectRef<F>> {
     let name = obj.meta().labels.as_ref()?.get(FUNCTION)?;
     let ns = obj.meta().namespace.as_deref()?;
     Some(ObjectRef::new(name).within(ns))
@@ -502,5 +626,26 @@ pub fn strip_meta<K: Resource>(obj: &mut K) {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         *a = keep;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_one_second_up_to_five_minutes_and_resets() {
+        let delays: Vec<u64> = (0..12).map(|n| backoff_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(backoff_delay(u32::MAX), BACKOFF_MAX);
+        let b = Backoff::default();
+        let key = ("ns".to_string(), "f".to_string());
+        assert_eq!(b.next(key.clone()), Duration::from_secs(1));
+        assert_eq!(b.next(key.clone()), Duration::from_secs(2));
+        assert_eq!(b.next(key.clone()), Duration::from_secs(4));
+        let other = ("ns".to_string(), "g".to_string());
+        assert_eq!(b.next(other), Duration::from_secs(1), "per object");
+        b.reset(&key);
+        assert_eq!(b.next(key), Duration::from_secs(1));
     }
 }
