@@ -328,6 +328,7 @@ async fn run_once(
         ),
         metrics,
         backoff: Default::default(),
+        stopping: restart.clone(),
     });
     // Guarded: a Function that does not deserialize reaches the reconciler as an error (and is
     // marked InvalidSpec) instead of failing the list of every Function.

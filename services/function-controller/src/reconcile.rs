@@ -72,6 +72,8 @@ pub struct Context {
     pub metrics: ControllerMetrics,
     /// Retry delays of failing Functions.
     pub backoff: Backoff,
+    /// Cancelled when the controller stops (or restarts its watches).
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 /// Per-object exponential backoff of failed reconciles.
@@ -132,8 +134,12 @@ impl Context {
             let _ = s.hpas.wait_until_ready().await;
             let _ = s.pods.wait_until_ready().await;
         };
-        if tokio::time::timeout(CACHE_WAIT, all).await.is_err() {
-            tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
+        // A stop must not wait for caches that may never fill (a watch the server refuses).
+        tokio::select! {
+            r = tokio::time::timeout(CACHE_WAIT, all) => if r.is_err() {
+                tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
+            },
+            _ = self.stopping.cancelled() => {}
         }
     }
 }
@@ -168,6 +174,10 @@ async fn reconcile_function(f: Arc<Function>, ctx: Arc<Context>) -> Result<Actio
         .namespace()
         .ok_or_else(|| Error::NoNamespace(f.name_any()))?;
     ctx.caches_ready().await;
+    if ctx.stopping.is_cancelled() {
+        // Stopping: the next leader (or start) reconciles it.
+        return Ok(Action::await_change());
+    }
     let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FUNCTION_FINALIZER, f, |event| async {
         match event {
