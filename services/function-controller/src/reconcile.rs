@@ -12,8 +12,8 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    core::{DeserializeGuard, error_boundary::InvalidObject},
     api::{DeleteParams, LogParams, Patch, PatchParams},
+    core::{DeserializeGuard, error_boundary::InvalidObject},
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -71,49 +71,9 @@ pub struct Context {
     /// Metrics.
     pub metrics: ControllerMetrics,
     /// Retry delays of failing Functions.
-    pub backoff: Backoff,
+    pub backoff: kubeless_service::Backoff,
     /// Cancelled when the controller stops (or restarts its watches).
     pub stopping: tokio_util::sync::CancellationToken,
-}
-
-/// Per-object exponential backoff of failed reconciles.
-#[derive(Default)]
-pub struct Backoff {
-    failures: std::sync::Mutex<std::collections::HashMap<(String, String), u32>>,
-}
-
-/// First retry delay after a failure.
-pub const BACKOFF_INITIAL: Duration = Duration::from_secs(1);
-/// Longest retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(300);
-
-impl Backoff {
-    /// Counts a failure of `key` and returns how long to wait before the next try.
-    pub fn next(&self, key: (String, String)) -> Duration {
-        let mut m = self
-            .failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let n = m.entry(key).or_insert(0);
-        let delay = backoff_delay(*n);
-        *n = n.saturating_add(1);
-        delay
-    }
-
-    /// Forgets the failures of `key` (it reconciled fine).
-    pub fn reset(&self, key: &(String, String)) {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(key);
-    }
-}
-
-/// The delay after `previous_failures` earlier failures: 1 s, 2 s, 4 s, ... capped at 5 min.
-pub fn backoff_delay(previous_failures: u32) -> Duration {
-    BACKOFF_INITIAL
-        .saturating_mul(2u32.saturating_pow(previous_failures.min(16)))
-        .min(BACKOFF_MAX)
 }
 
 impl Context {
@@ -147,14 +107,17 @@ impl Context {
 /// Reconciles one Function (the `Controller::run` callback). The watch is guarded: a Function
 /// that does not deserialize arrives as an error and is marked `InvalidSpec` instead of
 /// stopping the watch of every other Function.
-pub async fn reconcile(guard: Arc<DeserializeGuard<Function>>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<Function>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let key = key_of(&guard);
     let result = match &guard.0 {
         Ok(f) => reconcile_function(Arc::new(f.clone()), Arc::clone(&ctx)).await,
         Err(bad) => reconcile_invalid(bad, &ctx).await,
     };
     if result.is_ok() {
-        ctx.backoff.reset(&key);
+        ctx.backoff.reset(&key.0, &key.1);
     }
     result
 }
@@ -269,7 +232,8 @@ struct FinalizersMeta {
 /// server keeps refusing does not turn into a request every few seconds.
 pub fn error_policy(f: Arc<DeserializeGuard<Function>>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(err.metric_label());
-    let delay = ctx.backoff.next(key_of(&f));
+    let (ns, name) = key_of(&f);
+    let delay = ctx.backoff.next(&ns, &name);
     tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -636,26 +600,5 @@ pub fn strip_meta<K: Resource>(obj: &mut K) {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         *a = keep;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_from_one_second_up_to_five_minutes_and_resets() {
-        let delays: Vec<u64> = (0..12).map(|n| backoff_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
-        assert_eq!(backoff_delay(u32::MAX), BACKOFF_MAX);
-        let b = Backoff::default();
-        let key = ("ns".to_string(), "f".to_string());
-        assert_eq!(b.next(key.clone()), Duration::from_secs(1));
-        assert_eq!(b.next(key.clone()), Duration::from_secs(2));
-        assert_eq!(b.next(key.clone()), Duration::from_secs(4));
-        let other = ("ns".to_string(), "g".to_string());
-        assert_eq!(b.next(other), Duration::from_secs(1), "per object");
-        b.reset(&key);
-        assert_eq!(b.next(key), Duration::from_secs(1));
     }
 }

@@ -91,7 +91,9 @@ async fn holder(env: &Env) -> Option<String> {
 }
 
 fn secs(d: Option<Duration>) -> String {
-    d.map_or("> 10 s (still waiting)".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+    d.map_or("> 10 s (still waiting)".into(), |d| {
+        format!("{:.2} s", d.as_secs_f64())
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +110,10 @@ async fn start_sigterm_and_handover_times() {
         early.push((delay_ms, time_to_exit(&mut c)));
     }
     for (delay, t) in &early {
-        report.push(format!("SIGTERM {delay} ms after start: exited in {}", secs(*t)));
+        report.push(format!(
+            "SIGTERM {delay} ms after start: exited in {}",
+            secs(*t)
+        ));
     }
 
     // First reconcile after start: a Function that exists before the controller.
@@ -167,17 +172,30 @@ async fn start_sigterm_and_handover_times() {
     ));
     sigterm(standby);
     let standby_stop = time_to_exit(standby);
-    report.push(format!("SIGTERM of the new leader: exited in {}", secs(standby_stop)));
+    report.push(format!(
+        "SIGTERM of the new leader: exited in {}",
+        secs(standby_stop)
+    ));
 
     eprintln!("function-controller lifecycle:\n  {}", report.join("\n  "));
     for (delay, t) in &early {
-        assert!(t.is_some(), "SIGTERM {delay} ms after start: still running after 10 s; logs in {}", env.dir.path().display());
+        assert!(
+            t.is_some(),
+            "SIGTERM {delay} ms after start: still running after 10 s; logs in {}",
+            env.dir.path().display()
+        );
     }
     assert!(first.is_some(), "no first reconcile within 10 s");
     assert!(react.is_some(), "new Function not reconciled within 10 s");
     assert!(stop.is_some(), "still running 10 s after SIGTERM");
-    assert!(handover.is_some(), "no handover within lease duration + 10 s");
+    assert!(
+        handover.is_some(),
+        "no handover within lease duration + 10 s"
+    );
     assert!(reconciled.is_some(), "the new leader did not reconcile");
-    assert!(standby_stop.is_some(), "new leader still running 10 s after SIGTERM");
+    assert!(
+        standby_stop.is_some(),
+        "new leader still running 10 s after SIGTERM"
+    );
     env.shutdown().await;
 }

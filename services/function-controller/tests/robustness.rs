@@ -101,10 +101,7 @@ async fn a_malformed_function_costs_only_itself() {
     })
     .await;
     assert_eq!(cond["status"], "False");
-    assert!(
-        cond["message"].as_str().unwrap().contains("180"),
-        "{cond}"
-    );
+    assert!(cond["message"].as_str().unwrap().contains("180"), "{cond}");
     wait_for("an InvalidSpec Event", Duration::from_secs(20), || async {
         let e = events_about(&env, "bad", "InvalidSpec").await;
         (!e.is_empty()).then_some(())
@@ -126,19 +123,27 @@ async fn a_malformed_function_costs_only_itself() {
         )
         .await
         .unwrap();
-    wait_for("good turns InvalidSpec", Duration::from_secs(20), || async {
-        let f = dynamic_fns(&env).get("good").await.ok()?;
-        (f.data["status"]["conditions"][0]["reason"] == "InvalidSpec").then_some(())
-    })
+    wait_for(
+        "good turns InvalidSpec",
+        Duration::from_secs(20),
+        || async {
+            let f = dynamic_fns(&env).get("good").await.ok()?;
+            (f.data["status"]["conditions"][0]["reason"] == "InvalidSpec").then_some(())
+        },
+    )
     .await;
     dynamic_fns(&env)
         .delete("good", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("good and its children gone", Duration::from_secs(20), || async {
-        let gone = dynamic_fns(&env).get_opt("good").await.unwrap().is_none();
-        (gone && env.children("good").await.is_empty()).then_some(())
-    })
+    wait_for(
+        "good and its children gone",
+        Duration::from_secs(20),
+        || async {
+            let gone = dynamic_fns(&env).get_opt("good").await.unwrap().is_none();
+            (gone && env.children("good").await.is_empty()).then_some(())
+        },
+    )
     .await;
     env.stop_controller().await;
     env.shutdown().await;

@@ -314,7 +314,11 @@ pub async fn run(
     );
     let (fn_reader, _, fn_stream) =
         kubeless_service::guarded_watch::<Function>(client.clone(), ns, watcher::Config::default());
-    background.push(spawn_watch("KafkaTrigger", trig_stream, Arc::clone(&notify)));
+    background.push(spawn_watch(
+        "KafkaTrigger",
+        trig_stream,
+        Arc::clone(&notify),
+    ));
     background.push(spawn_watch("Function", fn_stream, Arc::clone(&notify)));
     let recorder = Recorder::new(
         client.clone(),

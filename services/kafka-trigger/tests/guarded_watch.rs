@@ -50,11 +50,10 @@ async fn a_malformed_trigger_costs_only_itself() {
     let broker = Broker::start();
     broker.create_topic("good", 1).await;
     let dir = tempfile::tempdir().unwrap();
-    let cluster = devcluster::DevCluster::start(devcluster::Options::for_tests(
-        dir.path().join("state"),
-    ))
-    .await
-    .unwrap();
+    let cluster =
+        devcluster::DevCluster::start(devcluster::Options::for_tests(dir.path().join("state")))
+            .await
+            .unwrap();
     let client = cluster.client().await.unwrap();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let loose = loose_crd();

@@ -82,7 +82,15 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     // Broker healthy: the baseline.
     let mut healthy = spawn_trigger(&c, &broker, "healthy.log");
     for i in 0..5 {
-        produce(&producer, "events", i % 2, "k", &format!("{{\"id\":{i}}}"), &[]).await;
+        produce(
+            &producer,
+            "events",
+            i % 2,
+            "k",
+            &format!("{{\"id\":{i}}}"),
+            &[],
+        )
+        .await;
     }
     deliver(5).await;
     let up = sigterm_and_time_exit(&mut healthy);
@@ -90,7 +98,15 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     // Broker frozen while the trigger consumes: SIGSTOP the broker, then SIGTERM the trigger.
     let mut frozen = spawn_trigger(&c, &broker, "frozen.log");
     for i in 5..10 {
-        produce(&producer, "events", i % 2, "k", &format!("{{\"id\":{i}}}"), &[]).await;
+        produce(
+            &producer,
+            "events",
+            i % 2,
+            "k",
+            &format!("{{\"id\":{i}}}"),
+            &[],
+        )
+        .await;
     }
     deliver(10).await;
     let broker_pid = broker.pid();
@@ -99,14 +115,23 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     let stopped = sigterm_and_time_exit(&mut frozen);
     signal(broker_pid, "-CONT");
 
-    let show = |t: Option<Duration>| t.map_or("> 10 s".into(), |d| format!("{:.2} s", d.as_secs_f64()));
+    let show =
+        |t: Option<Duration>| t.map_or("> 10 s".into(), |d| format!("{:.2} s", d.as_secs_f64()));
     eprintln!(
         "kafka-trigger, SIGTERM to exit:\n  broker healthy: {}\n  broker frozen (SIGSTOP): {}",
         show(up),
         show(stopped)
     );
-    assert!(up.is_some(), "healthy broker: still running 10 s after SIGTERM; logs in {}", c.dir.path().display());
-    assert!(stopped.is_some(), "frozen broker: still running 10 s after SIGTERM; logs in {}", c.dir.path().display());
+    assert!(
+        up.is_some(),
+        "healthy broker: still running 10 s after SIGTERM; logs in {}",
+        c.dir.path().display()
+    );
+    assert!(
+        stopped.is_some(),
+        "frozen broker: still running 10 s after SIGTERM; logs in {}",
+        c.dir.path().display()
+    );
     sink.stop();
     c.cluster.shutdown().await;
 }

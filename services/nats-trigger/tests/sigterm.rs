@@ -73,7 +73,11 @@ async fn sigterm_exits_promptly_with_nats_up_or_unreachable() {
 
     // NATS never reachable: the subscription keeps waiting for the server.
     let unreachable = format!("nats://127.0.0.1:{}", closed_port());
-    let mut c = spawn_trigger(&kubeconfig, &unreachable, &dir.path().join("unreachable.log"));
+    let mut c = spawn_trigger(
+        &kubeconfig,
+        &unreachable,
+        &dir.path().join("unreachable.log"),
+    );
     tokio::time::sleep(Duration::from_secs(3)).await;
     let never = sigterm_and_time_exit(&mut c);
     report.push(("NATS unreachable from the start", never));

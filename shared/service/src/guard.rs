@@ -153,6 +153,30 @@ where
         + Sync
         + 'static,
 {
+    guarded_watch_stripped(client, namespace, config, |_| {})
+}
+
+/// [`guarded_watch`] that applies `strip` to each valid object before caching it (drop what
+/// the service never reads, to keep many objects cheap).
+pub fn guarded_watch_stripped<K>(
+    client: Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+) -> (
+    Store<K>,
+    InvalidObjects,
+    impl Stream<Item = Result<(), watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let api: Api<DeserializeGuard<K>> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -161,15 +185,19 @@ where
     let invalid = InvalidObjects::default();
     let reader = store.clone();
     let set = invalid.clone();
-    let stream = watcher(api, config)
-        .default_backoff()
-        .map(move |event| {
-            let event = event?;
-            for valid in split_event(event, &reader, &set) {
-                writer.apply_watcher_event(&valid);
+    let stream = watcher(api, config).default_backoff().map(move |event| {
+        let event = event?;
+        for mut valid in split_event(event, &reader, &set) {
+            match &mut valid {
+                watcher::Event::Apply(k)
+                | watcher::Event::InitApply(k)
+                | watcher::Event::Delete(k) => strip(k),
+                watcher::Event::Init | watcher::Event::InitDone => {}
             }
-            Ok(())
-        });
+            writer.apply_watcher_event(&valid);
+        }
+        Ok(())
+    });
     (store, invalid, stream)
 }
 

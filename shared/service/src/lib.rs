@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod args;
+pub mod backoff;
 pub mod guard;
 pub mod lease;
 pub mod metrics;
@@ -14,7 +15,10 @@ pub mod telemetry;
 
 pub use admin::{AdminServer, Readiness};
 pub use args::{ServiceArgs, ServiceConfig};
-pub use guard::{InvalidObjects, guarded_watch, report_all_invalid, report_invalid};
+pub use backoff::Backoff;
+pub use guard::{
+    InvalidObjects, guarded_watch, guarded_watch_stripped, report_all_invalid, report_invalid,
+};
 pub use lease::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use run::{Context, METRICS_PREFIX, RunError, run, run_inner};

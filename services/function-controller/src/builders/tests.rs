@@ -452,8 +452,10 @@ fn function_pods_pass_pod_security_restricted() {
     // A template may still override a container's securityContext (Kubeless allowed it);
     // the checker sees what that costs.
     let d = build(
-        &py(json!({"deployment": {"spec": {"template": {"spec": {"containers": [{
-            "name": "hello", "securityContext": {"runAsUser": 0}}]}}}}})),
+        &py(
+            json!({"deployment": {"spec": {"template": {"spec": {"containers": [{
+            "name": "hello", "securityContext": {"runAsUser": 0}}]}}}}}),
+        ),
         &cfg(),
     )
     .unwrap();
@@ -477,7 +479,11 @@ fn out_of_range_timeout_and_replicas_are_invalid_spec() {
     }
     let e = build(&py(json!({"timeout": "86401"})), &cfg()).unwrap_err();
     assert!(e.to_string().contains("86400"), "{e}");
-    let e = build(&py(json!({"deployment": {"spec": {"replicas": -3}}})), &cfg()).unwrap_err();
+    let e = build(
+        &py(json!({"deployment": {"spec": {"replicas": -3}}})),
+        &cfg(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("replicas"), "{e}");
     // The bounds themselves are accepted.
     for ok in [
