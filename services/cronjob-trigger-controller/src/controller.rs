@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::core::DeserializeGuard;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
@@ -54,6 +55,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub metrics: ControllerMetrics,
     pub mode: Mode,
+    /// Retry delays of failing triggers.
+    pub backoff: kubeless_service::Backoff,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -77,7 +80,9 @@ pub async fn run(
     }
     let ns = namespace.as_deref();
     let triggers: Api<CronJobTrigger> = api(&client, ns);
-    let functions: Api<Function> = api(&client, ns);
+    // Guarded: a Function that does not deserialize must not stop this watch (its mapping only
+    // needs the metadata, which a malformed object still has).
+    let functions: Api<DeserializeGuard<Function>> = api(&client, ns);
     let cronjobs: Api<CronJob> = api(&client, ns);
     let jobs: Api<Job> = api(&client, ns);
     let ctx = Arc::new(Context {
@@ -91,6 +96,7 @@ pub async fn run(
         ),
         metrics,
         mode: mode.clone(),
+        backoff: kubeless_service::Backoff::default(),
     });
     let controller = Controller::new(triggers, watcher::Config::default());
     let store = controller.store();
@@ -100,10 +106,13 @@ pub async fn run(
     let by_function = store.clone();
     let by_job = store;
     let ours = format!("{CREATED_BY}={CREATED_BY_VALUE}");
-    let mut controller =
-        controller.watches(functions, watcher::Config::default(), move |f: Function| {
+    let mut controller = controller.watches(
+        functions,
+        watcher::Config::default(),
+        move |f: DeserializeGuard<Function>| {
             triggers_of(&by_function, f.namespace().as_deref(), &f.name_any())
-        });
+        },
+    );
     if matches!(mode, Mode::CronJob(_)) {
         controller = controller
             // Only the CronJobs we made.
@@ -156,11 +165,15 @@ pub fn trigger_of_job(
         .map(|t| ObjectRef::from_obj(t.as_ref()))
 }
 
-/// What to do after a failed reconcile: count it and retry soon.
+/// What to do after a failed reconcile: count it and retry with exponential backoff per
+/// trigger (1 s doubling up to 5 min, reset by the next success).
 pub fn error_policy(t: Arc<CronJobTrigger>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.result(err.metric_label());
-    tracing::warn!(trigger = %t.name_any(), error = %err, source = ?std::error::Error::source(err), "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    let delay = ctx
+        .backoff
+        .next(&t.namespace().unwrap_or_default(), &t.name_any());
+    tracing::warn!(trigger = %t.name_any(), error = %err, source = ?std::error::Error::source(err), retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 /// Reconciles one CronJobTrigger.
@@ -181,6 +194,7 @@ pub async fn reconcile(t: Arc<CronJobTrigger>, ctx: Arc<Context>) -> Result<Acti
         Mode::Scheduler(s) => reconcile_scheduled(&t, &ns, s, &ctx).await?,
     };
     ctx.metrics.result("ok");
+    ctx.backoff.reset(&ns, &t.name_any());
     Ok(action)
 }
 

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecurityContext,
+    Capabilities, Container, EnvVar, EnvVarSource, ObjectFieldSelector, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -25,6 +25,8 @@ use crate::schedule::{Precision, Schedule, ScheduleError};
 pub const CRONJOB_LABEL: &str = "kubeless.io/cronjob";
 /// Name of the invoker container.
 pub const CONTAINER_NAME: &str = "invoker";
+/// Numeric non-root user and group the invoker runs as (the images' user).
+pub const INVOKER_UID: i64 = 65532;
 /// Prefix of the CronJob name (Kubeless: `trigger-<function>`).
 pub const NAME_PREFIX: &str = "trigger-";
 /// Longest CronJob name: Jobs get an 11-character suffix and must stay within 63.
@@ -284,14 +286,20 @@ pub fn build_cronjob(
             limits: Some(quantities("100m", "64Mi")),
             ..Default::default()
         }),
+        // PodSecurity `restricted`: the invoker writes nothing, so its root can be read-only.
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             read_only_root_filesystem: Some(true),
             run_as_non_root: Some(true),
-            run_as_user: Some(1000),
+            run_as_user: Some(INVOKER_UID),
+            run_as_group: Some(INVOKER_UID),
             capabilities: Some(Capabilities {
                 drop: Some(vec!["ALL".to_string()]),
                 ..Default::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                localhost_profile: None,
             }),
             ..Default::default()
         }),
@@ -304,6 +312,16 @@ pub fn build_cronjob(
         containers: vec![container],
         service_account_name: cfg.service_account.clone(),
         automount_service_account_token: Some(needs_token),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(INVOKER_UID),
+            run_as_group: Some(INVOKER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_string(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let job = JobSpec {

@@ -54,8 +54,29 @@ pub const INIT_PREPARE: &str = "prepare";
 pub const INIT_INSTALL: &str = "install";
 /// See [`INIT_PREPARE`].
 pub const INIT_COMPILE: &str = "compile";
-/// Non-root user and group of function pods (Kubeless's 1000).
-pub const FUNCTION_UID: i64 = 1000;
+/// Non-root user and group of function pods: the numeric user our images run as.
+pub const FUNCTION_UID: i64 = 65532;
+
+/// Longest `.spec.timeout` accepted: one day (a call that needs longer is not a function call).
+pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(86_400);
+/// Most replicas a Function's deployment template may ask for.
+pub const MAX_REPLICAS: i32 = 1000;
+
+/// Refuses a template replica count a Deployment cannot reach (negative) or that is surely a
+/// mistake (above [`MAX_REPLICAS`]); otherwise the Function would sit at Progressing forever.
+fn check_replicas(dep: &Deployment) -> Result<(), BuildError> {
+    match dep.spec.as_ref().and_then(|s| s.replicas) {
+        Some(n) if n < 0 => Err(BuildError::invalid(
+            "deployment.spec.replicas",
+            format!("{n} is negative"),
+        )),
+        Some(n) if n > MAX_REPLICAS => Err(BuildError::invalid(
+            "deployment.spec.replicas",
+            format!("{n} is more than the maximum of {MAX_REPLICAS}"),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Why a Function cannot be turned into objects. Each maps to a condition reason.
 #[derive(Debug, thiserror::Error)]
@@ -145,6 +166,17 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         .spec
         .timeout_duration()
         .map_err(|e| BuildError::invalid("timeout", e))?;
+    if timeout > MAX_TIMEOUT {
+        // The runtime would crash-loop on a value it cannot hold; refuse it here instead.
+        return Err(BuildError::invalid(
+            "timeout",
+            format!(
+                "{} seconds is more than the maximum of {} (one day)",
+                timeout.as_secs(),
+                MAX_TIMEOUT.as_secs()
+            ),
+        ));
+    }
     let hpa = f
         .hpa_v2()
         .map_err(|e| BuildError::invalid("horizontalPodAutoscaler", e))?;
@@ -214,6 +246,7 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         checksum: f.spec.checksum.as_deref().unwrap_or(""),
     };
     let mut deployment = deployment_base(f, cfg)?;
+    check_replicas(&deployment)?;
     deployment.metadata = ObjectMeta {
         annotations: deployment.metadata.annotations.take(),
         labels: Some(merged(deployment.metadata.labels.take(), &labels)),
@@ -668,6 +701,8 @@ fn runtime_container(c: &mut Container, ctx: &PodContext<'_>, plan: &RuntimePlan
     }
 }
 
+/// What PodSecurity `restricted` asks of each container. Set per container (seccomp too) so a
+/// template that brings its own pod securityContext still passes.
 fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
@@ -675,6 +710,10 @@ fn restricted_security_context() -> SecurityContext {
         capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
             drop: Some(vec!["ALL".into()]),
             add: None,
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            localhost_profile: None,
         }),
         ..SecurityContext::default()
     }
@@ -710,6 +749,12 @@ fn init_containers(
         .unwrap_or_else(|| ctx.image.to_string());
     let mut prepare = base(INIT_PREPARE, &prepare_image);
     prepare.args = Some(vec!["prepare".into()]);
+    // It only writes into the install volume. (The install and compile steps run package
+    // managers and the runtime runs user code, which write to $HOME and /tmp: their root stays
+    // writable unless a template says otherwise.)
+    if let Some(sc) = prepare.security_context.as_mut() {
+        sc.read_only_root_filesystem = Some(true);
+    }
     let mut vars = vec![
         env("KUBELESS_FUNC_SOURCE", format!("{SRC_DIR}/{source_key}")),
         env("KUBELESS_FUNC_CONTENT_TYPE", ctx.content_type.to_string()),

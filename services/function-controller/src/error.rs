@@ -43,9 +43,9 @@ pub enum Error {
     /// A Function without a namespace (the CRD is namespaced, so only a broken server sends one).
     #[error("Function {0} has no namespace")]
     NoNamespace(String),
-    /// Adding our finalizer to a Function failed.
-    #[error("adding the finalizer failed")]
-    AddFinalizer(#[source] kube::Error),
+    /// Removing our finalizer from a malformed Function failed.
+    #[error("removing the finalizer failed")]
+    RemoveFinalizer(#[source] kube::Error),
     /// Removing the finalizer failed, or the wrapped reconcile failed.
     #[error("finalizer handling failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -66,6 +66,27 @@ pub enum Error {
 }
 
 impl Error {
+    /// When the API server refused a write (it answered with a status, e.g. 422 Invalid,
+    /// 403 Forbidden, 409 Conflict, 500): what to show on the Function, with its message.
+    pub fn refusal_message(&self) -> Option<String> {
+        let (action, kind, name, source) = match self {
+            Self::Apply {
+                kind, name, source, ..
+            } => ("applying", *kind, name, source),
+            Self::Delete {
+                kind, name, source, ..
+            } => ("deleting", *kind, name, source),
+            _ => return None,
+        };
+        match source {
+            kube::Error::Api(status) => Some(format!(
+                "{action} {kind} {name}: the API server refused it ({} {}): {}",
+                status.code, status.reason, status.message
+            )),
+            _ => None,
+        }
+    }
+
     /// Short, stable label for metrics and Event reasons.
     pub fn metric_label(&self) -> &'static str {
         use kube::runtime::finalizer::Error as F;
@@ -76,7 +97,7 @@ impl Error {
             Self::NoNamespace(_) => "NoNamespace",
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",
-            Self::AddFinalizer(_) => "FinalizerFailed",
+            Self::RemoveFinalizer(_) => "FinalizerFailed",
             Self::Finalizer(inner) => match inner.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

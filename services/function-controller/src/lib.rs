@@ -24,6 +24,7 @@ use k8s_openapi::api::{
 };
 use kube::{
     Api, Client, Resource,
+    core::DeserializeGuard,
     runtime::{
         Controller, WatchStreamExt,
         controller::Config as ControllerRunConfig,
@@ -326,8 +327,12 @@ async fn run_once(
             },
         ),
         metrics,
+        backoff: Default::default(),
+        stopping: restart.clone(),
     });
-    let functions = api_in::<Function>(client, ns);
+    // Guarded: a Function that does not deserialize reaches the reconciler as an error (and is
+    // marked InvalidSpec) instead of failing the list of every Function.
+    let functions = api_in::<DeserializeGuard<Function>>(client, ns);
     Controller::new(functions, watcher::Config::default())
         .with_config(ControllerRunConfig::default().concurrency(settings.concurrency))
         .owns_stream(cm_stream)

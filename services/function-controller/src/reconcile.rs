@@ -13,6 +13,7 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, LogParams, Patch, PatchParams},
+    core::{DeserializeGuard, error_boundary::InvalidObject},
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -21,7 +22,7 @@ use kube::{
     },
 };
 use kubeless_api::{
-    Condition, Function, FunctionStatus,
+    Condition, Function, FunctionSpec, FunctionStatus,
     conditions::{READY, find_condition, reasons, set_condition},
     labels::{FUNCTION, FUNCTION_FINALIZER},
 };
@@ -69,6 +70,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: ControllerMetrics,
+    /// Retry delays of failing Functions.
+    pub backoff: kubeless_service::Backoff,
+    /// Cancelled when the controller stops (or restarts its watches).
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 impl Context {
@@ -89,31 +94,54 @@ impl Context {
             let _ = s.hpas.wait_until_ready().await;
             let _ = s.pods.wait_until_ready().await;
         };
-        if tokio::time::timeout(CACHE_WAIT, all).await.is_err() {
-            tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
+        // A stop must not wait for caches that may never fill (a watch the server refuses).
+        tokio::select! {
+            r = tokio::time::timeout(CACHE_WAIT, all) => if r.is_err() {
+                tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
+            },
+            _ = self.stopping.cancelled() => {}
         }
     }
 }
 
-/// Reconciles one Function (the `Controller::run` callback).
+/// Reconciles one Function (the `Controller::run` callback). The watch is guarded: a Function
+/// that does not deserialize arrives as an error and is marked `InvalidSpec` instead of
+/// stopping the watch of every other Function.
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<Function>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let key = key_of(&guard);
+    let result = match &guard.0 {
+        Ok(f) => reconcile_function(Arc::new(f.clone()), Arc::clone(&ctx)).await,
+        Err(bad) => reconcile_invalid(bad, &ctx).await,
+    };
+    if result.is_ok() {
+        ctx.backoff.reset(&key.0, &key.1);
+    }
+    result
+}
+
+fn key_of(guard: &DeserializeGuard<Function>) -> (String, String) {
+    (
+        guard.meta().namespace.clone().unwrap_or_default(),
+        guard.meta().name.clone().unwrap_or_default(),
+    )
+}
+
 #[tracing::instrument(skip_all, fields(function = %f.name_any(), namespace = f.namespace().unwrap_or_default()))]
-pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_function(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
     ctx.metrics.reconciles.inc();
     let ns = f
         .namespace()
         .ok_or_else(|| Error::NoNamespace(f.name_any()))?;
     ctx.caches_ready().await;
-    let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
-    if f.metadata.deletion_timestamp.is_none()
-        && !f.finalizers().iter().any(|x| x == FUNCTION_FINALIZER)
-    {
-        // kube's finalizer helper adds it with a JSON patch whose `test` of a missing list
-        // devcluster rejects; a merge patch guarded by resourceVersion is equivalent.
-        add_finalizer(&api, &f, &ctx).await?;
-        ctx.metrics.observe(started.elapsed());
+    if ctx.stopping.is_cancelled() {
+        // Stopping: the next leader (or start) reconciles it.
         return Ok(Action::await_change());
     }
+    let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
     let result = finalizer(&api, FUNCTION_FINALIZER, f, |event| async {
         match event {
             Finalizer::Apply(f) => apply(&f, &ctx).await,
@@ -126,28 +154,88 @@ pub async fn reconcile(f: Arc<Function>, ctx: Arc<Context>) -> Result<Action, Er
     result
 }
 
-async fn add_finalizer(api: &Api<Function>, f: &Function, ctx: &Context) -> Result<(), Error> {
-    let mut finalizers = f.finalizers().to_vec();
-    finalizers.push(FUNCTION_FINALIZER.to_string());
-    let patch = serde_json::json!({
-        "metadata": {"finalizers": finalizers, "resourceVersion": f.resource_version()}
-    });
-    ctx.metrics.write("Function", "finalizer");
-    api.patch(
-        &f.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await
-    .map_err(Error::AddFinalizer)?;
-    Ok(())
+/// A Function that does not deserialize: `Ready=False` `InvalidSpec` and a Warning Event;
+/// when it is being deleted, its children are still cleaned up (they are found by name and
+/// owner uid, which the metadata carries) so the finalizer does not hold it forever.
+#[tracing::instrument(skip_all, fields(function = bad.metadata.name.as_deref().unwrap_or_default()))]
+async fn reconcile_invalid(bad: &InvalidObject, ctx: &Context) -> Result<Action, Error> {
+    ctx.metrics.reconciles.inc();
+    ctx.metrics.error(reasons::INVALID_SPEC);
+    let ns = bad
+        .metadata
+        .namespace
+        .clone()
+        .ok_or_else(|| Error::NoNamespace(bad.metadata.name.clone().unwrap_or_default()))?;
+    let name = bad.metadata.name.clone().unwrap_or_default();
+    let ours = bad
+        .metadata
+        .finalizers
+        .as_ref()
+        .is_some_and(|l| l.iter().any(|x| x == FUNCTION_FINALIZER));
+    if bad.metadata.deletion_timestamp.is_some() {
+        if ours {
+            ctx.caches_ready().await;
+            let shell = Function {
+                metadata: bad.metadata.clone(),
+                spec: FunctionSpec::default(),
+                status: None,
+            };
+            cleanup(&shell, ctx).await?;
+            let remaining: Vec<String> = bad
+                .metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .filter(|x| *x != FUNCTION_FINALIZER)
+                .cloned()
+                .collect();
+            let api: Api<DeserializeGuard<Function>> = Api::namespaced(ctx.client.clone(), &ns);
+            let patch = FinalizersPatch {
+                metadata: FinalizersMeta {
+                    finalizers: remaining,
+                    resource_version: bad.metadata.resource_version.clone(),
+                },
+            };
+            ctx.metrics.write("Function", "finalizer");
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::RemoveFinalizer)?;
+        }
+        return Ok(Action::await_change());
+    }
+    ctx.metrics.write("Function/status", "patch");
+    kubeless_service::report_invalid::<Function>(&ctx.client, &ctx.recorder, bad, FIELD_MANAGER)
+        .await
+        .map_err(|source| Error::Status {
+            namespace: ns,
+            name,
+            source,
+        })?;
+    Ok(Action::await_change())
 }
 
-/// What to do after a failed reconcile: count it and retry soon.
-pub fn error_policy(f: Arc<Function>, err: &Error, ctx: Arc<Context>) -> Action {
+#[derive(Serialize, Debug)]
+struct FinalizersPatch {
+    metadata: FinalizersMeta,
+}
+
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+struct FinalizersMeta {
+    finalizers: Vec<String>,
+    /// Guards against removing a finalizer someone added meanwhile.
+    resource_version: Option<String>,
+}
+
+/// What to do after a failed reconcile: count it and retry with exponential backoff per
+/// Function (1 s doubling up to 5 min, reset by the next successful reconcile), so a write the
+/// server keeps refusing does not turn into a request every few seconds.
+pub fn error_policy(f: Arc<DeserializeGuard<Function>>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.error(err.metric_label());
-    tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    let (ns, name) = key_of(&f);
+    let delay = ctx.backoff.next(&ns, &name);
+    tracing::warn!(function = %f.name_any(), error = %err, source = ?std::error::Error::source(err), retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
@@ -162,7 +250,17 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
             return Ok(Action::await_change());
         }
     };
-    apply_children(f, ctx, &desired).await?;
+    if let Err(e) = apply_children(f, ctx, &desired).await {
+        // What the server refused (invalid child, quota, admission webhook, conflict) is shown
+        // on the Function with the server's own message; the error then backs off.
+        if let Some(message) = e.refusal_message() {
+            let cond = Condition::not_ready(reasons::APPLY_FAILED, message);
+            if let Err(status_err) = write_status(f, ctx, cond, None).await {
+                tracing::warn!(error = %status_err, "recording the refused write failed");
+            }
+        }
+        return Err(e);
+    }
 
     let ns = f.namespace().unwrap_or_default();
     let name = f.name_any();
@@ -484,7 +582,7 @@ async fn publish_warning(ctx: &Context, f: &Function, reason: &str, note: &str) 
 
 /// Maps a child object to the Function named by its `function` label (pods are not owned by
 /// the Function directly).
-pub fn function_of<K: Resource>(obj: &K) -> Option<ObjectRef<Function>> {
+pub fn function_of<K: Resource, F: Resource<DynamicType = ()>>(obj: &K) -> Option<ObjectRef<F>> {
     let name = obj.meta().labels.as_ref()?.get(FUNCTION)?;
     let ns = obj.meta().namespace.as_deref()?;
     Some(ObjectRef::new(name).within(ns))

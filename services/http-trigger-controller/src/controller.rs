@@ -10,6 +10,7 @@ use k8s_openapi::api::networking::v1::Ingress;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams},
+    core::DeserializeGuard,
     runtime::{
         Controller,
         controller::Action,
@@ -42,6 +43,8 @@ pub struct Context {
     pub client: Client,
     pub recorder: Recorder,
     pub metrics: ControllerMetrics,
+    /// Retry delays of failing triggers.
+    pub backoff: kubeless_service::Backoff,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -52,7 +55,15 @@ pub async fn run(
     metrics: ControllerMetrics,
     shutdown: CancellationToken,
 ) {
-    let api_in = |c: &Client| -> (Api<HttpTrigger>, Api<Function>, Api<Service>, Api<Ingress>) {
+    // Triggers and Functions are watched guarded: one object that does not deserialize costs
+    // only itself (it is marked InvalidSpec) instead of stopping the whole watch.
+    type Guarded<K> = DeserializeGuard<K>;
+    let api_in = |c: &Client| -> (
+        Api<Guarded<HttpTrigger>>,
+        Api<Guarded<Function>>,
+        Api<Service>,
+        Api<Ingress>,
+    ) {
         match namespace.as_deref() {
             Some(ns) => (
                 Api::namespaced(c.clone(), ns),
@@ -79,6 +90,7 @@ pub async fn run(
             },
         ),
         metrics,
+        backoff: kubeless_service::Backoff::default(),
     });
     let controller = Controller::new(triggers, watcher::Config::default());
     let store = controller.store();
@@ -90,9 +102,13 @@ pub async fn run(
             ingresses,
             watcher::Config::default().labels(&format!("{CREATED_BY}={CREATED_BY_VALUE}")),
         )
-        .watches(functions, watcher::Config::default(), move |f: Function| {
-            triggers_of(&by_function, f.namespace().as_deref(), &f.name_any())
-        })
+        .watches(
+            functions,
+            watcher::Config::default(),
+            move |f: Guarded<Function>| {
+                triggers_of(&by_function, f.namespace().as_deref(), &f.name_any())
+            },
+        )
         .watches(
             services,
             watcher::Config::default().labels(&format!("{CREATED_BY}={CREATED_BY_VALUE}")),
@@ -110,30 +126,74 @@ pub async fn run(
 
 /// The triggers in `namespace` that name `function`.
 pub fn triggers_of(
-    store: &Store<HttpTrigger>,
+    store: &Store<DeserializeGuard<HttpTrigger>>,
     namespace: Option<&str>,
     function: &str,
-) -> Vec<ObjectRef<HttpTrigger>> {
+) -> Vec<ObjectRef<DeserializeGuard<HttpTrigger>>> {
     store
         .state()
         .iter()
-        .filter(|t| {
-            t.namespace().as_deref() == namespace && t.spec.function_name.trim() == function
+        .filter(|g| {
+            g.0.as_ref().is_ok_and(|t| {
+                t.namespace().as_deref() == namespace && t.spec.function_name.trim() == function
+            })
         })
-        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .map(|g| ObjectRef::from_obj(g.as_ref()))
         .collect()
 }
 
-/// What to do after a failed reconcile: count it and retry soon.
-pub fn error_policy(t: Arc<HttpTrigger>, err: &Error, ctx: Arc<Context>) -> Action {
+/// What to do after a failed reconcile: count it and retry with exponential backoff per
+/// trigger (1 s doubling up to 5 min, reset by the next success).
+pub fn error_policy(
+    t: Arc<DeserializeGuard<HttpTrigger>>,
+    err: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     ctx.metrics.result(err.metric_label());
-    tracing::warn!(trigger = %t.name_any(), error = %err, source = ?std::error::Error::source(err), "reconcile failed");
-    Action::requeue(Duration::from_secs(5))
+    let delay = ctx
+        .backoff
+        .next(&t.namespace().unwrap_or_default(), &t.name_any());
+    tracing::warn!(trigger = %t.name_any(), error = %err, source = ?std::error::Error::source(err), retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The `Controller::run` callback: a trigger that does not deserialize is marked InvalidSpec
+/// (with the deserialization message and a Warning Event); a valid one is reconciled.
+pub async fn reconcile(
+    guard: Arc<DeserializeGuard<HttpTrigger>>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let (ns, name) = (guard.namespace().unwrap_or_default(), guard.name_any());
+    let result = match &guard.0 {
+        Ok(t) => reconcile_trigger(Arc::new(t.clone()), Arc::clone(&ctx)).await,
+        Err(bad) => {
+            ctx.metrics.result(reasons::INVALID_SPEC);
+            kubeless_service::report_invalid::<HttpTrigger>(
+                &ctx.client,
+                &ctx.recorder,
+                bad,
+                FIELD_MANAGER,
+            )
+            .await
+            .map_err(|source| Error::Api {
+                action: "marking InvalidSpec",
+                kind: "HTTPTrigger",
+                namespace: ns.clone(),
+                name: name.clone(),
+                source,
+            })
+            .map(|()| Action::await_change())
+        }
+    };
+    if result.is_ok() {
+        ctx.backoff.reset(&ns, &name);
+    }
+    result
 }
 
 /// Reconciles one HTTPTrigger.
 #[tracing::instrument(skip_all, fields(trigger = %t.name_any(), namespace = t.namespace().unwrap_or_default()))]
-pub async fn reconcile(t: Arc<HttpTrigger>, ctx: Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_trigger(t: Arc<HttpTrigger>, ctx: Arc<Context>) -> Result<Action, Error> {
     if t.meta().deletion_timestamp.is_some() {
         // The Ingress goes with it through its owner reference.
         return Ok(Action::await_change());

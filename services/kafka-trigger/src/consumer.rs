@@ -115,9 +115,16 @@ pub enum ConsumerError {
 /// A running consumer; [`ConsumerHandle::stop`] drains and commits.
 pub struct ConsumerHandle {
     stop: CancellationToken,
+    /// Cancelled once the calls in flight are done (or abandoned), before the final commit.
+    drained: CancellationToken,
     stopped: oneshot::Receiver<()>,
     group: String,
 }
+
+/// How long a stop waits for the final commit and the group leave once the calls are drained.
+/// A broker that does not answer (frozen, partitioned) must not hold the process: what was not
+/// committed is redelivered, which at-least-once allows.
+pub const FINAL_COMMIT_WAIT: Duration = Duration::from_millis(1500);
 
 impl ConsumerHandle {
     pub fn group(&self) -> &str {
@@ -127,8 +134,23 @@ impl ConsumerHandle {
     /// Stops taking records, waits for in-flight calls (up to the drain timeout), commits and
     /// leaves the group.
     pub async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.stopped.await;
+        let Self {
+            stop,
+            drained,
+            mut stopped,
+            group,
+        } = self;
+        stop.cancel();
+        tokio::select! {
+            _ = &mut stopped => return,
+            _ = drained.cancelled() => {}
+        }
+        if tokio::time::timeout(FINAL_COMMIT_WAIT, stopped)
+            .await
+            .is_err()
+        {
+            tracing::warn!(%group, wait = ?FINAL_COMMIT_WAIT, "the broker did not take the final commit in time; stopping without it (records after the last commit will be redelivered)");
+        }
     }
 }
 
@@ -189,7 +211,7 @@ impl ConsumerContext for GroupContext {
                 .map(|e| e.partition())
                 .collect();
             tracing::info!(group = %self.state.spec.group, ?parts, "partitions revoked: draining");
-            self.state.release(consumer, &parts);
+            self.state.release(consumer, &parts, None);
         }
     }
 
@@ -312,7 +334,12 @@ impl GroupState {
 
     /// Stops and drains the given partitions (all when `None`-like empty slice is not enough:
     /// pass every key), then commits their done prefix synchronously. Runs on the poll thread.
-    fn release(&self, consumer: &BaseConsumer<GroupContext>, partitions: &[i32]) {
+    fn release(
+        &self,
+        consumer: &BaseConsumer<GroupContext>,
+        partitions: &[i32],
+        drained: Option<&CancellationToken>,
+    ) {
         let mut works: Vec<(i32, PartitionWork)> = {
             let mut parts = lock(&self.parts);
             partitions
@@ -321,6 +348,9 @@ impl GroupState {
                 .collect()
         };
         if works.is_empty() {
+            if let Some(d) = drained {
+                d.cancel();
+            }
             return;
         }
         for (_, w) in works.iter_mut() {
@@ -356,6 +386,9 @@ impl GroupState {
                     t.abort();
                 }
             }
+        }
+        if let Some(d) = drained {
+            d.cancel();
         }
         let mut tpl = TopicPartitionList::new();
         for (p, w) in &works {
@@ -495,11 +528,13 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
     let stop = CancellationToken::new();
     let (done_tx, done_rx) = oneshot::channel();
     let thread_stop = stop.clone();
+    let drained = CancellationToken::new();
+    let thread_drained = drained.clone();
     let name: String = format!("kt-{}", spec.function).chars().take(15).collect();
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            poll_loop(&consumer, &state, &thread_stop);
+            poll_loop(&consumer, &state, &thread_stop, &thread_drained);
             // Dropping the consumer leaves the group (its revoke finds nothing left to drain).
             drop(consumer);
             state.shared.metrics.consumers.dec();
@@ -510,6 +545,7 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
     tracing::info!(group = %spec.group, topic = %spec.topic, function = %spec.function, ordering = %spec.ordering, "consumer started");
     Ok(ConsumerHandle {
         stop,
+        drained,
         stopped: done_rx,
         group: spec.group,
     })
@@ -519,6 +555,7 @@ fn poll_loop(
     consumer: &BaseConsumer<GroupContext>,
     state: &Arc<GroupState>,
     stop: &CancellationToken,
+    drained: &CancellationToken,
 ) {
     let tuning = state.shared.tuning.clone();
     let topic = state.spec.topic.clone();
@@ -585,7 +622,7 @@ fn poll_loop(
         }
     }
     let all: Vec<i32> = lock(&state.parts).keys().copied().collect();
-    state.release(consumer, &all);
+    state.release(consumer, &all, Some(drained));
     let _ = state
         .shared
         .health

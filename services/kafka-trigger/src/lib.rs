@@ -24,7 +24,8 @@ use std::time::Duration;
 use clap::{Args, Parser, ValueEnum};
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::watcher;
 use kube::{Api, Client};
 use kubeless_api::{Function, KafkaTrigger};
 use kubeless_invoke::{ClientOptions, ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
@@ -34,6 +35,9 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+/// Field manager of status writes and reporting controller of Events.
+pub const FIELD_MANAGER: &str = "kubeless-kafka-trigger";
 
 pub use broker::BrokerArgs;
 pub use consumer::{Health, HealthMap, Tuning};
@@ -254,17 +258,6 @@ impl Running {
     }
 }
 
-fn api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
 /// Starts watching, consuming and writing status until `token` is cancelled.
 pub async fn run(
     client: Client,
@@ -313,36 +306,27 @@ pub async fn run(
 
     // Caches of triggers and functions; any change wakes the reconcile loop.
     let notify = Arc::new(Notify::new());
-    let (trig_reader, trig_writer) = reflector::store::<KafkaTrigger>();
-    let (fn_reader, fn_writer) = reflector::store::<Function>();
-    {
-        let n = Arc::clone(&notify);
-        let stream = watcher(api::<KafkaTrigger>(&client, ns), watcher::Config::default())
-            .default_backoff()
-            .reflect(trig_writer);
-        background.push(tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                if let Err(e) = ev {
-                    tracing::warn!(error = %e, "KafkaTrigger watch failed; retrying");
-                }
-                n.notify_one();
-            }
-        }));
-        let n = Arc::clone(&notify);
-        let stream = watcher(api::<Function>(&client, ns), watcher::Config::default())
-            .default_backoff()
-            .reflect(fn_writer);
-        background.push(tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(ev) = stream.next().await {
-                if let Err(e) = ev {
-                    tracing::warn!(error = %e, "Function watch failed; retrying");
-                }
-                n.notify_one();
-            }
-        }));
-    }
+    // Guarded watches: a malformed KafkaTrigger (or Function) costs only itself.
+    let (trig_reader, bad_triggers, trig_stream) = kubeless_service::guarded_watch::<KafkaTrigger>(
+        client.clone(),
+        ns,
+        watcher::Config::default(),
+    );
+    let (fn_reader, _, fn_stream) =
+        kubeless_service::guarded_watch::<Function>(client.clone(), ns, watcher::Config::default());
+    background.push(spawn_watch(
+        "KafkaTrigger",
+        trig_stream,
+        Arc::clone(&notify),
+    ));
+    background.push(spawn_watch("Function", fn_stream, Arc::clone(&notify)));
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+        },
+    );
 
     let leader = settings.lease.clone().map(|lease| {
         let (rx, task) = LeaderElector::new(client.clone(), lease, LeaseMetrics::register(metrics))
@@ -385,6 +369,13 @@ pub async fn run(
                 if may_write {
                     write_statuses(&client, &triggers, &desired, &task_health, &trigger_metrics)
                         .await;
+                    kubeless_service::report_all_invalid::<KafkaTrigger>(
+                        &client,
+                        &recorder,
+                        &bad_triggers,
+                        FIELD_MANAGER,
+                    )
+                    .await;
                 }
                 tokio::select! {
                     _ = notify.notified() => {
@@ -408,6 +399,23 @@ pub async fn run(
         health,
         ready: ready_rx,
         groups: groups_rx,
+    })
+}
+
+/// Drives one guarded watch; every change (or error, retried with backoff) wakes the loop.
+fn spawn_watch(
+    kind: &'static str,
+    stream: impl futures::Stream<Item = Result<(), watcher::Error>> + Send + 'static,
+    notify: Arc<Notify>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                tracing::warn!(kind, error = %e, "watch failed; retrying");
+            }
+            notify.notify_one();
+        }
     })
 }
 

@@ -153,6 +153,9 @@ impl Settings {
     }
 }
 
+/// Longest wait for the final flush of buffered replies and dead letters at exit.
+const FINAL_FLUSH: Duration = Duration::from_secs(1);
+
 /// What the binary runs under [`kubeless_service::run`].
 pub async fn serve(
     ctx: kubeless_service::Context,
@@ -197,8 +200,11 @@ pub async fn serve(
     });
     running.join().await;
     // Deliver what is buffered (replies, dead letters) before exiting.
-    if let Err(e) = nats_client.flush().await {
-        tracing::debug!(error = %e, "final NATS flush failed");
+    // Bounded: with the server unreachable a flush would wait for it forever.
+    match tokio::time::timeout(FINAL_FLUSH, nats_client.flush()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "final NATS flush failed"),
+        Err(_) => tracing::warn!("NATS unreachable; exiting without the final flush"),
     }
     Ok(())
 }

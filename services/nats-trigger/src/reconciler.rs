@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Client, Resource};
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, NatsTrigger, NatsTriggerStatus};
@@ -21,6 +22,8 @@ use crate::metrics::TriggerMetrics;
 use crate::plan::{Mode, Plan, SubscriptionConfig, SubscriptionKey, TriggerPlan, plan};
 use crate::subscription::{SubState, Subscription};
 
+/// Field manager of status writes and reporting controller of Events.
+pub const FIELD_MANAGER: &str = "kubeless-nats-trigger";
 /// Pause after a change before recomputing, so a burst of watch events costs one pass.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
@@ -51,8 +54,17 @@ impl Reconciler {
     /// `synced` is called once both caches are filled and the first pass is done.
     pub async fn run(self, shutdown: CancellationToken, synced: impl FnOnce() + Send) {
         let changed = Arc::new(Notify::new());
-        let (triggers, trigger_task) = self.watch::<NatsTrigger>(Arc::clone(&changed));
-        let (functions, function_task) = self.watch::<Function>(Arc::clone(&changed));
+        // Guarded: a malformed NATSTrigger (or Function) costs only itself.
+        let (triggers, bad_triggers, trigger_task) =
+            self.watch::<NatsTrigger>(Arc::clone(&changed));
+        let (functions, _, function_task) = self.watch::<Function>(Arc::clone(&changed));
+        let recorder = Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+            },
+        );
         let _tasks = (
             tokio_util::task::AbortOnDropHandle::new(trigger_task),
             tokio_util::task::AbortOnDropHandle::new(function_task),
@@ -80,6 +92,15 @@ impl Reconciler {
                 .store(active, std::sync::atomic::Ordering::Relaxed);
             if self.may_write_status() {
                 self.write_statuses(&desired, &running, &triggers).await;
+                // Malformed triggers get Ready=False InvalidSpec and a Warning Event, once per
+                // generation.
+                kubeless_service::report_all_invalid::<NatsTrigger>(
+                    &self.client,
+                    &recorder,
+                    &bad_triggers,
+                    FIELD_MANAGER,
+                )
+                .await;
             }
             if let Some(f) = synced.take() {
                 f();
@@ -103,7 +124,14 @@ impl Reconciler {
         self.leader.as_ref().is_none_or(|l| *l.borrow())
     }
 
-    fn watch<K>(&self, changed: Arc<Notify>) -> (reflector::Store<K>, tokio::task::JoinHandle<()>)
+    fn watch<K>(
+        &self,
+        changed: Arc<Notify>,
+    ) -> (
+        reflector::Store<K>,
+        kubeless_service::InvalidObjects,
+        tokio::task::JoinHandle<()>,
+    )
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
@@ -113,27 +141,23 @@ impl Reconciler {
             + Sync
             + 'static,
     {
-        let api: Api<K> = match &self.namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
-        let (store, writer) = reflector::store();
-        let stream = reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
+        let (store, invalid, stream) = kubeless_service::guarded_watch::<K>(
+            self.client.clone(),
+            self.namespace.as_deref(),
+            watcher::Config::default(),
         );
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changed.notify_one(),
+                    Ok(()) => changed.notify_one(),
                     Err(e) => {
                         tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
                     }
                 }
             }
         });
-        (store, task)
+        (store, invalid, task)
     }
 
     /// Starts missing subscriptions, stops unwanted ones, restarts changed ones.

@@ -80,6 +80,9 @@ fn broker(message: impl std::fmt::Display) -> SetupFailure {
     }
 }
 
+/// How long a stopping core subscription keeps taking messages the client already received.
+const DRAIN_RECEIVE: Duration = Duration::from_millis(500);
+
 async fn run(
     d: Deliverer,
     token: CancellationToken,
@@ -130,32 +133,46 @@ async fn run_core(
     set_state: &impl Fn(SubState),
     drain_timeout: Duration,
 ) -> Result<(), SetupFailure> {
-    let mut sub = d
-        .nats
-        .queue_subscribe(d.config.topic.clone(), d.config.queue_group.clone())
-        .await
-        .map_err(broker)?;
-    // The subscription is registered locally before the server confirms it; a flush makes sure
-    // the server knows it before we report Running.
-    d.nats.flush().await.map_err(broker)?;
+    let setup = async {
+        let sub = d
+            .nats
+            .queue_subscribe(d.config.topic.clone(), d.config.queue_group.clone())
+            .await
+            .map_err(broker)?;
+        // The subscription is registered locally before the server confirms it; a flush makes
+        // sure the server knows it before we report Running.
+        d.nats.flush().await.map_err(broker)?;
+        Ok(sub)
+    };
+    // While the server is unreachable the flush waits for it: a stop must not.
+    let mut sub = tokio::select! {
+        r = setup => r?,
+        _ = token.cancelled() => return Ok(()),
+    };
     set_state(SubState::Running);
     tracing::info!(subscription = %d.key, topic = %d.config.topic, group = %d.config.queue_group, "core NATS queue subscription running");
     let limit = Arc::new(Semaphore::new(d.config.max_in_flight as usize));
     let mut calls = JoinSet::new();
-    let mut draining = false;
+    let mut draining: Option<tokio::time::Instant> = None;
     loop {
         let permit = match Arc::clone(&limit).acquire_owned().await {
             Ok(p) => p,
             Err(_) => break,
         };
-        let next = if draining {
-            sub.next().await
+        let next = if let Some(deadline) = draining {
+            // What the client buffered arrives at once; an unreachable server never ends the
+            // stream, so stop taking messages after a short while (calls in flight still get
+            // the drain timeout below).
+            match tokio::time::timeout_at(deadline, sub.next()).await {
+                Ok(m) => m,
+                Err(_) => break,
+            }
         } else {
             tokio::select! {
                 m = sub.next() => m,
                 _ = token.cancelled() => {
                     // Unsubscribe but hand out what the client already buffered.
-                    draining = true;
+                    draining = Some(tokio::time::Instant::now() + DRAIN_RECEIVE);
                     if let Err(e) = sub.drain().await {
                         tracing::debug!(error = %e, "draining the subscription failed");
                         break;
@@ -196,16 +213,18 @@ async fn run_jetstream(
         r = setup => r?,
         _ = token.cancelled() => return Ok(()),
     };
-    let mut messages = consumer
+    let messages = consumer
         .stream()
         // At least 2: with a batch of 1 the client only asks for the next message once the
         // previous one arrived, which measured ~4 messages/s against nats-server 2.9. One extra
         // buffered message waits at most one call (< function timeout < ack wait).
         .max_messages_per_batch((d.config.max_in_flight as usize).max(2))
         .heartbeat(Duration::from_secs(5))
-        .messages()
-        .await
-        .map_err(broker)?;
+        .messages();
+    let mut messages = tokio::select! {
+        r = messages => r.map_err(broker)?,
+        _ = token.cancelled() => return Ok(()),
+    };
     set_state(SubState::Running);
     tracing::info!(subscription = %d.key, durable = %cfg.durable, "JetStream consumer running");
     let limit = Arc::new(Semaphore::new(d.config.max_in_flight as usize));

@@ -88,6 +88,16 @@ pub struct ServiceArgs {
         default_value_t = 5
     )]
     pub lease_renew_seconds: u32,
+
+    /// Longest time from SIGTERM to exit. A service drains calls in flight within it; whatever
+    /// still hangs then (an unreachable broker or API server) is abandoned. Keep it below the
+    /// pod's terminationGracePeriodSeconds.
+    #[arg(
+        long = "shutdown-grace-seconds",
+        env = "KUBELESS_SHUTDOWN_GRACE_SECONDS",
+        default_value_t = 25
+    )]
+    pub shutdown_grace_seconds: u32,
 }
 
 /// Log format flag value.
@@ -108,6 +118,8 @@ pub struct ServiceConfig {
     pub watch_namespace: Option<String>,
     /// `None` when leader election is off.
     pub lease: Option<LeaseConfig>,
+    /// Longest time from the shutdown signal to exit (see `--shutdown-grace-seconds`).
+    pub shutdown_grace: Duration,
 }
 
 impl ServiceArgs {
@@ -126,6 +138,7 @@ impl ServiceArgs {
             lease_identity,
             lease_duration_seconds,
             lease_renew_seconds,
+            shutdown_grace_seconds,
         } = self;
         let filter = log_filter(
             log_level.as_deref(),
@@ -152,6 +165,7 @@ impl ServiceArgs {
             admin_addr,
             watch_namespace: non_empty(watch_namespace),
             lease,
+            shutdown_grace: Duration::from_secs(u64::from(shutdown_grace_seconds.max(1))),
         }
     }
 }

@@ -5,6 +5,8 @@
 
 pub mod admin;
 pub mod args;
+pub mod backoff;
+pub mod guard;
 pub mod lease;
 pub mod metrics;
 pub mod run;
@@ -13,6 +15,10 @@ pub mod telemetry;
 
 pub use admin::{AdminServer, Readiness};
 pub use args::{ServiceArgs, ServiceConfig};
+pub use backoff::Backoff;
+pub use guard::{
+    InvalidObjects, guarded_watch, guarded_watch_stripped, report_all_invalid, report_invalid,
+};
 pub use lease::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;
 pub use run::{Context, METRICS_PREFIX, RunError, run, run_inner};

@@ -47,6 +47,8 @@ pub enum RunError {
     KubeClient(#[source] kube::Error),
     #[error("leadership was lost; exiting so a fresh process can compete again")]
     LostLeadership,
+    #[error("the service did not stop within the shutdown grace period of {0:?}")]
+    DrainTimedOut(std::time::Duration),
     #[error("the service failed")]
     Service(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -138,6 +140,7 @@ where
         }
     };
 
+    let config_grace = config.shutdown_grace;
     if may_start {
         let ctx = Context {
             name: name.to_string(),
@@ -164,12 +167,24 @@ where
                 None => std::future::pending().await,
             }
         };
+        // The service drains on the token; past the grace period it is abandoned, so no broker
+        // or API server that stopped answering can hold the process.
+        let grace = config_grace;
+        let grace_over = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(grace).await;
+        };
         tokio::pin!(fut);
         tokio::pin!(watch_leadership);
+        tokio::pin!(grace_over);
         let mut leadership_watched = false;
         service_result = loop {
             tokio::select! {
                 r = &mut fut => break r.map_err(|e| RunError::Service(e.into())),
+                () = &mut grace_over => {
+                    tracing::warn!(?grace, "the service did not drain within the shutdown grace period; exiting anyway");
+                    break Err(RunError::DrainTimedOut(grace));
+                }
                 lost = &mut watch_leadership, if !leadership_watched => {
                     // Polled to completion once; from here on only the service is awaited.
                     leadership_watched = true;

@@ -17,6 +17,7 @@ fn config() -> ServiceConfig {
         admin_addr: "127.0.0.1:0".parse().unwrap(),
         watch_namespace: None,
         lease: None,
+        shutdown_grace: std::time::Duration::from_secs(25),
     }
 }
 
@@ -71,4 +72,27 @@ async fn busy_admin_port_is_an_error() {
     cfg.admin_addr = taken.local_addr().unwrap();
     let result = run_inner("test", cfg, |_ctx| async { Ok::<_, std::io::Error>(()) }).await;
     assert!(matches!(result, Err(RunError::Admin(_))), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_service_that_does_not_drain_is_abandoned_after_the_grace_period() {
+    let mut cfg = config();
+    cfg.shutdown_grace = std::time::Duration::from_secs(1);
+    let started = std::time::Instant::now();
+    let result = run_inner("test", cfg, |ctx| async move {
+        ctx.shutdown.trigger();
+        // A broker that never answers.
+        std::future::pending::<()>().await;
+        Ok::<_, std::io::Error>(())
+    })
+    .await;
+    let took = started.elapsed();
+    assert!(
+        matches!(result, Err(RunError::DrainTimedOut(_))),
+        "{result:?}"
+    );
+    assert!(
+        took >= std::time::Duration::from_millis(900) && took < std::time::Duration::from_secs(5),
+        "{took:?}"
+    );
 }

@@ -137,8 +137,9 @@ fn deployment_has_contract_env_probe_and_security() {
     assert_eq!(probe.initial_delay_seconds, Some(3));
     let psc = pod.security_context.as_ref().unwrap();
     assert_eq!(psc.run_as_non_root, Some(true));
-    assert_eq!(psc.run_as_user, Some(1000));
-    assert_eq!(psc.fs_group, Some(1000));
+    assert_eq!(psc.run_as_user, Some(65532));
+    assert_eq!(psc.run_as_group, Some(65532));
+    assert_eq!(psc.fs_group, Some(65532));
     // No deps: prepare only.
     assert_eq!(init_names(&d), vec!["prepare"]);
     let prepare = &pod.init_containers.as_ref().unwrap()[0];
@@ -374,4 +375,122 @@ fn merge_json_rules() {
             {"name": "x", "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]},
             {"name": "side"}]})
     );
+}
+
+/// The PodSecurity `restricted` rules that concern a pod we build: non-root, no privilege
+/// escalation, every capability dropped, RuntimeDefault seccomp (pod or container level).
+fn restricted_violations(pod: &k8s_openapi::api::core::v1::PodSpec) -> Vec<String> {
+    let psc = pod.security_context.clone().unwrap_or_default();
+    let pod_seccomp = psc.seccomp_profile.as_ref().map(|p| p.type_.as_str());
+    let mut out = Vec::new();
+    for c in pod
+        .containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+    {
+        let sc = c.security_context.clone().unwrap_or_default();
+        if sc.allow_privilege_escalation != Some(false) {
+            out.push(format!("{}: allowPrivilegeEscalation", c.name));
+        }
+        if sc.run_as_non_root.or(psc.run_as_non_root) != Some(true) {
+            out.push(format!("{}: runAsNonRoot", c.name));
+        }
+        if sc.run_as_user.or(psc.run_as_user) == Some(0) {
+            out.push(format!("{}: runAsUser 0", c.name));
+        }
+        let drops_all = sc
+            .capabilities
+            .as_ref()
+            .and_then(|c| c.drop.as_ref())
+            .is_some_and(|d| d.iter().any(|x| x == "ALL"));
+        if !drops_all {
+            out.push(format!("{}: capabilities drop ALL", c.name));
+        }
+        let seccomp = sc
+            .seccomp_profile
+            .as_ref()
+            .map(|p| p.type_.as_str())
+            .or(pod_seccomp);
+        if !matches!(seccomp, Some("RuntimeDefault" | "Localhost")) {
+            out.push(format!("{}: seccompProfile", c.name));
+        }
+    }
+    out
+}
+
+#[test]
+fn function_pods_pass_pod_security_restricted() {
+    // Init containers included: deps add the install step.
+    let d = build(&py(json!({"deps": "requests==2.31.0"})), &cfg()).unwrap();
+    let pod = pod_spec(&d);
+    assert_eq!(init_names(&d), vec!["prepare", "install"]);
+    assert_eq!(restricted_violations(pod), Vec::<String>::new());
+    let prepare = &pod.init_containers.as_ref().unwrap()[0];
+    assert_eq!(
+        prepare
+            .security_context
+            .as_ref()
+            .unwrap()
+            .read_only_root_filesystem,
+        Some(true)
+    );
+    // A template's own pod securityContext without seccomp still passes: each container
+    // carries its own profile.
+    let d = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {
+            "securityContext": {"runAsUser": 2000, "runAsNonRoot": true}}}}}})),
+        &cfg(),
+    )
+    .unwrap();
+    let pod = pod_spec(&d);
+    assert_eq!(restricted_violations(pod), Vec::<String>::new());
+    assert_eq!(
+        pod.security_context.as_ref().unwrap().run_as_user,
+        Some(2000),
+        "the template's user is kept"
+    );
+    // A template may still override a container's securityContext (Kubeless allowed it);
+    // the checker sees what that costs.
+    let d = build(
+        &py(
+            json!({"deployment": {"spec": {"template": {"spec": {"containers": [{
+            "name": "hello", "securityContext": {"runAsUser": 0}}]}}}}}),
+        ),
+        &cfg(),
+    )
+    .unwrap();
+    let v = restricted_violations(pod_spec(&d));
+    assert!(v.contains(&"hello: runAsUser 0".to_string()), "{v:?}");
+}
+
+#[test]
+fn out_of_range_timeout_and_replicas_are_invalid_spec() {
+    for bad in [
+        json!({"timeout": "18446744073709551615"}),
+        json!({"timeout": "86401"}),
+        json!({"timeout": "-5"}),
+        json!({"timeout": "1.5"}),
+        json!({"deployment": {"spec": {"replicas": -3}}}),
+        json!({"deployment": {"spec": {"replicas": 2147483647}}}),
+        json!({"deployment": {"spec": {"replicas": 1001}}}),
+    ] {
+        let e = build(&py(bad.clone()), &cfg()).unwrap_err();
+        assert_eq!(e.reason(), "InvalidSpec", "{bad}: {e}");
+    }
+    let e = build(&py(json!({"timeout": "86401"})), &cfg()).unwrap_err();
+    assert!(e.to_string().contains("86400"), "{e}");
+    let e = build(
+        &py(json!({"deployment": {"spec": {"replicas": -3}}})),
+        &cfg(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("replicas"), "{e}");
+    // The bounds themselves are accepted.
+    for ok in [
+        json!({"timeout": "86400"}),
+        json!({"deployment": {"spec": {"replicas": 0}}}),
+        json!({"deployment": {"spec": {"replicas": 1000}}}),
+    ] {
+        build(&py(ok.clone()), &cfg()).unwrap_or_else(|e| panic!("{ok}: {e}"));
+    }
 }

@@ -31,6 +31,7 @@ pub const NS: &str = "default";
 pub struct WriteCounter {
     count: Arc<AtomicUsize>,
     log: Arc<Mutex<Vec<String>>>,
+    times: Arc<Mutex<Vec<(Instant, String)>>>,
 }
 
 impl WriteCounter {
@@ -40,9 +41,14 @@ impl WriteCounter {
     pub fn log(&self) -> Vec<String> {
         self.log.lock().unwrap().clone()
     }
+    /// When each write was sent, with its method and URI.
+    pub fn timed_log(&self) -> Vec<(Instant, String)> {
+        self.times.lock().unwrap().clone()
+    }
     pub fn reset(&self) {
         self.count.store(0, Ordering::SeqCst);
         self.log.lock().unwrap().clear();
+        self.times.lock().unwrap().clear();
     }
 }
 
@@ -113,10 +119,9 @@ pub async fn counting_client(kubeconfig: &Path, counter: &WriteCounter) -> Clien
     let layer = tower::util::MapRequestLayer::new(move |req: http::Request<kube::client::Body>| {
         if req.method() != http::Method::GET {
             c.count.fetch_add(1, Ordering::SeqCst);
-            c.log
-                .lock()
-                .unwrap()
-                .push(format!("{} {}", req.method(), req.uri()));
+            let line = format!("{} {}", req.method(), req.uri());
+            c.times.lock().unwrap().push((Instant::now(), line.clone()));
+            c.log.lock().unwrap().push(line);
         }
         req
     });

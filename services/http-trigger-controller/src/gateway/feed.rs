@@ -39,6 +39,19 @@ where
     }
 }
 
+/// A guarded watch stream whose every event pokes `notify`.
+fn poke(
+    stream: impl Stream<Item = Result<(), watcher::Error>> + Send + 'static,
+    notify: Arc<Notify>,
+) -> impl Stream<Item = ()> + Send + 'static {
+    stream.map(move |ev| {
+        if let Err(e) = ev {
+            tracing::warn!(error = %e, "gateway watch failed; retrying");
+        }
+        notify.notify_one();
+    })
+}
+
 /// A reflector whose every event pokes `notify`.
 fn reflect<K>(
     api: Api<K>,
@@ -81,16 +94,20 @@ pub async fn run(
 ) {
     let ns = namespace.as_deref();
     let notify = Arc::new(Notify::new());
-    let (triggers, t_stream) = reflect::<HttpTrigger>(
-        api_in(&client, ns),
+    // Guarded: one trigger or Function that does not deserialize must not take every route
+    // down (the controller marks it InvalidSpec).
+    let (triggers, _, t_stream) = kubeless_service::guarded_watch_stripped::<HttpTrigger>(
+        client.clone(),
+        ns,
         watcher::Config::default(),
         |t| {
             t.metadata.managed_fields = None;
         },
-        notify.clone(),
     );
-    let (functions, f_stream) = reflect::<Function>(
-        api_in(&client, ns),
+    let t_stream = poke(t_stream, notify.clone());
+    let (functions, _, f_stream) = kubeless_service::guarded_watch_stripped::<Function>(
+        client.clone(),
+        ns,
         watcher::Config::default(),
         // Only timeout and service are needed: drop the code, deps and templates.
         |f| {
@@ -102,8 +119,8 @@ pub async fn run(
             f.spec.horizontal_pod_autoscaler = None;
             f.status = None;
         },
-        notify.clone(),
     );
+    let f_stream = poke(f_stream, notify.clone());
     let (services, s_stream) = reflect::<Service>(
         api_in(&client, ns),
         watcher::Config::default().labels(&format!("{CREATED_BY}={CREATED_BY_VALUE}")),

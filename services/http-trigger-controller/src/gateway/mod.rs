@@ -13,6 +13,7 @@ pub mod secrets;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -60,7 +61,7 @@ pub struct Gateway {
     routes: RwLock<Arc<RouteTable>>,
     resolver: Arc<dyn Resolve>,
     secrets: SecretStore,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, CheckedBody>,
     metrics: GatewayMetrics,
 }
 
@@ -293,12 +294,26 @@ impl Gateway {
         parts.uri = uri;
         // h2c clients are proxied over pooled HTTP/1.1 connections.
         parts.version = Version::HTTP_11;
+        // A request body that breaks while it is forwarded (a malformed chunked encoding) is the
+        // client's fault: 400, not the 502 a failed call to the function gets.
+        let body_failed = Arc::new(AtomicBool::new(false));
+        let body = CheckedBody {
+            inner: body,
+            failed: Arc::clone(&body_failed),
+        };
         let call = self.client.request(Request::from_parts(parts, body));
         match tokio::time::timeout(target.timeout, call).await {
             Err(_) => (
                 "timeout",
                 with_cors(
                     plain(StatusCode::GATEWAY_TIMEOUT, "function timed out\n"),
+                    origin.as_ref(),
+                ),
+            ),
+            Ok(Err(_)) if body_failed.load(Ordering::Relaxed) => (
+                "bad_request_body",
+                with_cors(
+                    plain(StatusCode::BAD_REQUEST, "malformed request body\n"),
                     origin.as_ref(),
                 ),
             ),
@@ -328,6 +343,36 @@ impl Gateway {
                 (outcome, with_cors(resp, origin.as_ref()))
             }
         }
+    }
+}
+
+/// The client's request body on its way to the function; remembers whether reading it failed.
+pub struct CheckedBody {
+    inner: Incoming,
+    failed: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for CheckedBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(Some(Err(_))) = &polled {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
     }
 }
 

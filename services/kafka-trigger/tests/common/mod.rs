@@ -106,6 +106,11 @@ impl Broker {
         Self { child, addr }
     }
 
+    /// The broker's process id (to freeze it with SIGSTOP in tests).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub async fn create_topic(&self, name: &str, partitions: i32) {
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &self.addr)

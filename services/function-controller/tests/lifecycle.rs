@@ -1,0 +1,201 @@
+//! Start, stop and handover times of the real function-controller binary against devcluster
+//! (issue 16, issue 20). Printed, and failing only far past the targets (first reconcile
+//! within 1 s, exit within 2 s of SIGTERM, a standby leading within the lease duration):
+//! the test fails past 10 s, so a loaded machine does not make it flaky.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Env, NS};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use serde_json::json;
+
+/// Fail only past this: ten times the targets.
+const LIMIT: Duration = Duration::from_secs(10);
+const LEASE_SECONDS: u32 = 4;
+
+fn spawn(env: &Env, identity: &str, leader_elect: bool) -> Child {
+    let log = std::fs::File::create(env.dir.path().join(format!("{identity}.log"))).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_function-controller"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("KUBECONFIG", env.kubeconfig())
+        .env("KUBELESS_ADMIN_ADDR", "127.0.0.1:0")
+        .env("KUBELESS_LOG_LEVEL", "info")
+        .env("KUBELESS_LEADER_ELECT", leader_elect.to_string())
+        .env("KUBELESS_LEASE_DURATION_SECONDS", LEASE_SECONDS.to_string())
+        .env("KUBELESS_LEASE_RENEW_SECONDS", "1")
+        .env("POD_NAMESPACE", NS)
+        .env("POD_NAME", identity)
+        .stdout(Stdio::from(log.try_clone().unwrap()))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .unwrap()
+}
+
+fn sigterm(child: &Child) {
+    let ok = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -TERM failed");
+}
+
+/// Time until the process exits, or `None` if it is still running after [`LIMIT`].
+fn time_to_exit(child: &mut Child) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < LIMIT {
+        if child.try_wait().unwrap().is_some() {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+async fn create_function(env: &Env, name: &str) {
+    env.create(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"handler": "hello.handler", "runtime": "python3.12",
+                 "function": "def handler(e, c):\n    return 'hi'\n"}
+    }))
+    .await;
+}
+
+/// Time from `since` until `name` has a Ready condition (its first reconcile wrote status).
+async fn time_to_status(env: &Env, name: &str, since: Instant) -> Option<Duration> {
+    while since.elapsed() < LIMIT {
+        let f = env.fns().get(name).await.unwrap();
+        if f.status.is_some_and(|s| !s.conditions.is_empty()) {
+            return Some(since.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}
+
+async fn holder(env: &Env) -> Option<String> {
+    Api::<Lease>::namespaced(env.client.clone(), NS)
+        .get_opt("function-controller")
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity)
+}
+
+fn secs(d: Option<Duration>) -> String {
+    d.map_or("> 10 s (still waiting)".into(), |d| {
+        format!("{:.2} s", d.as_secs_f64())
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_sigterm_and_handover_times() {
+    let env = Env::start(false).await;
+    let mut report = Vec::new();
+
+    // SIGTERM in the first second of start, several times (it used to hang 4 runs of 4).
+    let mut early = Vec::new();
+    for (i, delay_ms) in [100u64, 300, 600, 900].into_iter().enumerate() {
+        let mut c = spawn(&env, &format!("early-{i}"), false);
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        sigterm(&c);
+        early.push((delay_ms, time_to_exit(&mut c)));
+    }
+    for (delay, t) in &early {
+        report.push(format!(
+            "SIGTERM {delay} ms after start: exited in {}",
+            secs(*t)
+        ));
+    }
+
+    // First reconcile after start: a Function that exists before the controller.
+    create_function(&env, "before-start").await;
+    let started = Instant::now();
+    let mut c = spawn(&env, "single", false);
+    let first = time_to_status(&env, "before-start", started).await;
+    report.push(format!("start to first reconcile: {}", secs(first)));
+    // A Function created while it runs.
+    let created = Instant::now();
+    create_function(&env, "while-running").await;
+    let react = time_to_status(&env, "while-running", created).await;
+    report.push(format!("new Function to its status: {}", secs(react)));
+    sigterm(&c);
+    let stop = time_to_exit(&mut c);
+    report.push(format!("SIGTERM while running: exited in {}", secs(stop)));
+
+    // Handover: two replicas, SIGKILL the leader, time until the standby holds the Lease and
+    // reconciles a Function created after the kill.
+    let mut a = spawn(&env, "replica-a", true);
+    let mut b = spawn(&env, "replica-b", true);
+    let t0 = Instant::now();
+    let mut leader = None;
+    while t0.elapsed() < LIMIT && leader.is_none() {
+        leader = holder(&env).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let leader = leader.expect("a replica takes the Lease");
+    report.push(format!("first leader after {}", secs(Some(t0.elapsed()))));
+    let (dead, standby) = if leader == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    let killed = Instant::now();
+    create_function(&env, "after-kill").await;
+    let mut handover = None;
+    while killed.elapsed() < LIMIT + Duration::from_secs(u64::from(LEASE_SECONDS)) {
+        let h = holder(&env).await;
+        if h.is_some() && h.as_deref() != Some(leader.as_str()) {
+            handover = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    report.push(format!(
+        "leader SIGKILLed: standby took the Lease in {} (lease duration {LEASE_SECONDS} s)",
+        secs(handover)
+    ));
+    let reconciled = time_to_status(&env, "after-kill", killed).await;
+    report.push(format!(
+        "leader SIGKILLed: standby reconciled a new Function in {}",
+        secs(reconciled)
+    ));
+    sigterm(standby);
+    let standby_stop = time_to_exit(standby);
+    report.push(format!(
+        "SIGTERM of the new leader: exited in {}",
+        secs(standby_stop)
+    ));
+
+    eprintln!("function-controller lifecycle:\n  {}", report.join("\n  "));
+    for (delay, t) in &early {
+        assert!(
+            t.is_some(),
+            "SIGTERM {delay} ms after start: still running after 10 s; logs in {}",
+            env.dir.path().display()
+        );
+    }
+    assert!(first.is_some(), "no first reconcile within 10 s");
+    assert!(react.is_some(), "new Function not reconciled within 10 s");
+    assert!(stop.is_some(), "still running 10 s after SIGTERM");
+    assert!(
+        handover.is_some(),
+        "no handover within lease duration + 10 s"
+    );
+    assert!(reconciled.is_some(), "the new leader did not reconcile");
+    assert!(
+        standby_stop.is_some(),
+        "new leader still running 10 s after SIGTERM"
+    );
+    env.shutdown().await;
+}
