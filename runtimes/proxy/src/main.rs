@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result: Result<(), Box<dyn std::error::Error>> = match cli.command {
-        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Serve(args)) => serve(*args),
         // No subcommand: the function container's default, configured by env only.
         None => match ServeOnly::try_parse_from(["kubeless-runtime"]) {
             Ok(s) => serve(s.serve),
