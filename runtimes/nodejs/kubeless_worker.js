@@ -35,6 +35,15 @@ const context = {
   'memory-limit': process.env.FUNC_MEMORY_LIMIT || '',
 };
 
+// The context, plus the call's W3C trace context when it has one.
+function callContext(headers) {
+  const tp = headers.traceparent;
+  if (tp === undefined) return context;
+  const ctx = Object.assign({}, context, { traceparent: tp });
+  if (headers.tracestate !== undefined) ctx.tracestate = headers.tracestate;
+  return ctx;
+}
+
 function isJson(ctype) {
   if (!ctype) return false;
   const media = ctype.split(';', 1)[0].trim().toLowerCase();
@@ -181,7 +190,7 @@ async function invoke(fn, head, body) {
     extensions: { request: req, response: res },
   };
   try {
-    const result = await fn(event, context);
+    const result = await fn(event, callContext(req.headers));
     // A function that writes to or pipes into the response is answered when the stream ends.
     if (!res.sent && res.streaming) {
       await res.done;

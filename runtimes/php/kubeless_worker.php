@@ -196,7 +196,14 @@ function kubeless_main(): int
             ],
         ];
         try {
-            [$rhead, $rbody] = kubeless_to_response($funcName($event, $context));
+            $callContext = $context;
+            // The call's W3C trace context, when it has one.
+            foreach (['traceparent', 'tracestate'] as $k) {
+                if (isset($headers[$k])) {
+                    $callContext[$k] = $headers[$k];
+                }
+            }
+            [$rhead, $rbody] = kubeless_to_response($funcName($event, $callContext));
         } catch (Throwable $e) {
             fwrite(STDERR, (string) $e . "\n");
             $rhead = [

@@ -144,6 +144,18 @@ def _setup_path(volume):
             sys.path.insert(0, p)
 
 
+def _call_context(context, headers):
+    """The context, plus the call's W3C trace context when it has one."""
+    tp = headers.get("traceparent")
+    if tp is None:
+        return context
+    ctx = dict(context, traceparent=tp)
+    ts = headers.get("tracestate")
+    if ts is not None:
+        ctx["tracestate"] = ts
+    return ctx
+
+
 class BackgroundError(Exception):
     """A thread the function started raised while the function was still running."""
 
@@ -242,7 +254,7 @@ def main():
             guard.pending = None
             guard.in_call = True
             try:
-                result = func(event, context)
+                result = func(event, _call_context(context, headers))
                 if inspect.isawaitable(result):
                     if loop is None:
                         loop = asyncio.new_event_loop()

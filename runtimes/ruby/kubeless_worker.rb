@@ -117,6 +117,14 @@ module KubelessWorker
     [{ 'status' => Integer(status), 'headers' => out }, data]
   end
 
+  # The context, plus the call's W3C trace context when it has one.
+  def call_context(context, headers)
+    tp = headers['traceparent'] or return context
+    ctx = context.merge('traceparent' => tp)
+    ctx['tracestate'] = headers['tracestate'] if headers.key?('tracestate')
+    ctx
+  end
+
   def read_exact(sock, n)
     return ''.b if n.zero?
 
@@ -201,7 +209,7 @@ module KubelessWorker
         'extensions' => { 'request' => Request.new(head, headers, body) }
       }
       begin
-        rhead, rbody = to_response(receiver.send(func_name, event, context))
+        rhead, rbody = to_response(receiver.send(func_name, event, call_context(context, headers)))
       rescue StandardError, ScriptError, SystemStackError => e
         warn "#{e.class}: #{e.message}\n\t#{(e.backtrace || []).join("\n\t")}"
         rhead = { 'status' => 500, 'headers' => [['content-type', TEXT]], 'error' => "#{e.class}: #{e.message}" }

@@ -143,6 +143,13 @@ pub struct ServeArgs {
     /// Write one access-log line per request to stdout.
     #[arg(long, env = "KUBELESS_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     pub access_log: bool,
+    /// OTLP/HTTP base endpoint for the per-call server spans (e.g. `http://otel-collector:4318`).
+    /// Empty: no spans, and the incoming trace context is passed to the function unchanged.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "")]
+    pub otlp_endpoint: String,
+    /// `service.name` of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "kubeless-function")]
+    pub otel_service_name: String,
     /// Access-log line format: `combined` (Apache/morgan combined, what Kubeless's runtimes
     /// printed) or `timed` (RFC 3339 time first and the call's duration last).
     #[arg(long, env = "KUBELESS_ACCESS_LOG_FORMAT", value_enum, default_value_t = AccessLogFormat::Combined)]

@@ -16,6 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tracing::Instrument;
 
 use crate::cli::{AccessLogFormat, ServeArgs, WorkerKind};
 use crate::metrics::{self, Metrics};
@@ -51,6 +52,8 @@ struct State {
     timeout: Duration,
     max_body: usize,
     access_log: Option<AccessLogFormat>,
+    /// Spans are exported: each call gets a server span, and the function sees its context.
+    tracing: bool,
 }
 
 /// A bound, ready server; `run` serves until SIGTERM/SIGINT.
@@ -211,6 +214,7 @@ impl Server {
                 timeout,
                 max_body: args.max_body_bytes,
                 access_log: args.access_log.then_some(args.access_log_format),
+                tracing: !args.otlp_endpoint.trim().is_empty(),
             }),
             _socket_dir: tmp,
         })
@@ -345,6 +349,17 @@ async fn handle(
             }
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
         },
+        _ if state.tracing => {
+            let span = crate::trace::server_span(&method, req.uri().path(), req.headers());
+            let (resp, failed) = call_function(&state, req, remote)
+                .instrument(span.clone())
+                .await;
+            crate::trace::record_outcome(&span, resp.status().as_u16(), failed);
+            state
+                .metrics
+                .observe(method.as_str(), start.elapsed().as_secs_f64(), failed);
+            resp
+        }
         _ => {
             let (resp, failed) = call_function(&state, req, remote).await;
             state
@@ -411,8 +426,12 @@ async fn call_function(
             );
         }
     };
-    let headers = parts
-        .headers
+    let mut req_headers = parts.headers;
+    if state.tracing {
+        // The function continues the proxy's span, not the caller's.
+        crate::trace::inject_current(&mut req_headers);
+    }
+    let headers = req_headers
         .iter()
         .map(|(k, v)| {
             (

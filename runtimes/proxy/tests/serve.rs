@@ -485,7 +485,7 @@ async fn oversized_reply_fails_cleanly(lang: Lang) {
 
 macro_rules! every_language_more {
     ($($case:ident),* $(,)?) => {
-        mod limits {
+        mod each_language {
             $(mod $case {
                 #[tokio::test] async fn python() { super::super::$case(super::super::Lang::Python).await }
                 #[tokio::test] async fn nodejs() { super::super::$case(super::super::Lang::Nodejs).await }
@@ -496,7 +496,10 @@ macro_rules! every_language_more {
     };
 }
 
-every_language_more!(oversized_reply_fails_cleanly);
+every_language_more!(
+    oversized_reply_fails_cleanly,
+    server_span_is_child_of_the_callers_traceparent
+);
 
 /// Time a call takes, with its status and body.
 async fn timed_call(rt: &Runtime, body: &'static str) -> (u16, String, Duration) {
@@ -747,4 +750,141 @@ async fn access_log_is_kubeless_combined_by_default_and_timed_on_request() {
         rest.starts_with("127.0.0.1 \"GET /t HTTP/1.1\" 200 11 ") && rest.ends_with("ms"),
         "{line}"
     );
+}
+
+/// An in-process OTLP/HTTP receiver: collects the ExportTraceServiceRequest bodies posted to it.
+async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let sink = sink.clone();
+                        async move {
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            if path == "/v1/traces" {
+                                sink.lock().unwrap().push(body);
+                            }
+                            let mut r =
+                                http::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
+                            r.headers_mut()
+                                .insert("content-type", "application/x-protobuf".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (url, got)
+}
+
+async fn server_span_is_child_of_the_callers_traceparent(lang: Lang) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let (endpoint, got) = otlp_receiver().await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "trace",
+            workers: 1,
+            env: vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+                ("OTEL_SERVICE_NAME", "fixture-fn".into()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+            ],
+            ..Opts::default()
+        },
+    )
+    .await;
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // The function sees the proxy's span as its parent: same trace, a new span id.
+    let tp = v["header"].as_str().expect("traceparent header").to_owned();
+    let parts: Vec<&str> = tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "{tp}");
+    assert_eq!(parts[1], TRACE, "{tp}");
+    assert_ne!(parts[2], PARENT, "{tp}");
+    assert_eq!(
+        v["context"], v["header"],
+        "context carries the same trace context"
+    );
+    let span_id = parts[2].to_owned();
+    // The exported server span: child of the caller's span, parent of the function's context.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let span = loop {
+        let bodies: Vec<bytes::Bytes> = got.lock().unwrap().clone();
+        let found = bodies.iter().find_map(|b| {
+            let req = ExportTraceServiceRequest::decode(b.clone()).unwrap();
+            req.resource_spans.into_iter().find_map(|rs| {
+                let service = rs.resource.as_ref().and_then(|r| {
+                    r.attributes
+                        .iter()
+                        .find(|a| a.key == "service.name")
+                        .map(|a| format!("{:?}", a.value))
+                });
+                rs.scope_spans
+                    .into_iter()
+                    .flat_map(|s| s.spans)
+                    .find(|s| hex::encode(&s.trace_id) == TRACE)
+                    .map(|s| (s, service))
+            })
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "no span exported within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (span, service) = span;
+    assert_eq!(hex::encode(&span.parent_span_id), PARENT);
+    assert_eq!(hex::encode(&span.span_id), span_id);
+    assert_eq!(span.kind, 2, "SPAN_KIND_SERVER");
+    assert_eq!(span.name, "GET /");
+    assert!(service.unwrap_or_default().contains("fixture-fn"));
+}
+
+#[tokio::test]
+async fn without_an_otlp_endpoint_the_callers_traceparent_passes_through() {
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "trace",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("traceparent", tp)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["header"], tp);
+    assert_eq!(v["context"], tp);
 }
