@@ -106,7 +106,9 @@ fn main() {
         }
         results.push((name, points));
     }
-    println!("\nmemory (proxy + workers; idle = before any load, loaded = after the 64-connection run):");
+    println!(
+        "\nmemory (proxy + workers; idle = before any load, loaded = after the 64-connection run):"
+    );
     for (name, idle, busy) in &memory {
         println!(
             "{name:<24} idle: {} procs, RSS {:>6.1} MB, PSS {:>6.1} MB | loaded: {} procs, RSS {:>6.1} MB, PSS {:>6.1} MB",
@@ -151,8 +153,14 @@ fn serve(port: u16, worker: &str, runtime: &str, dir: &Path) -> Command {
             "KUBELESS_NODEJS_WORKER",
             runtimes.join("nodejs/kubeless_worker.js"),
         )
-        .env("KUBELESS_RUBY_WORKER", runtimes.join("ruby/kubeless_worker.rb"))
-        .env("KUBELESS_PHP_WORKER", runtimes.join("php/kubeless_worker.php"))
+        .env(
+            "KUBELESS_RUBY_WORKER",
+            runtimes.join("ruby/kubeless_worker.rb"),
+        )
+        .env(
+            "KUBELESS_PHP_WORKER",
+            runtimes.join("php/kubeless_worker.php"),
+        )
         .env("RUST_LOG", "warn");
     c
 }
@@ -195,7 +203,11 @@ impl Memory {
         Memory {
             procs: pids.len(),
             rss_mb: pids.iter().map(|p| kb(*p, "status", "VmRSS:")).sum::<f64>() / 1024.0,
-            pss_mb: pids.iter().map(|p| kb(*p, "smaps_rollup", "Pss:")).sum::<f64>() / 1024.0,
+            pss_mb: pids
+                .iter()
+                .map(|p| kb(*p, "smaps_rollup", "Pss:"))
+                .sum::<f64>()
+                / 1024.0,
         }
     }
 }
