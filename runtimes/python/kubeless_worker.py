@@ -7,14 +7,14 @@ Function output (print, logging) goes to the process's stdout/stderr, which
 the proxy passes through to the container log; frames never share them.
 """
 
-import asyncio
 import importlib
-import inspect
 import json
 import os
+import signal
 import socket
 import struct
 import sys
+import threading
 import traceback
 from urllib.parse import parse_qs
 
@@ -142,6 +142,56 @@ def _setup_path(volume):
             sys.path.insert(0, p)
 
 
+def _call_context(context, headers):
+    """The context, plus the call's W3C trace context when it has one."""
+    tp = headers.get("traceparent")
+    if tp is None:
+        return context
+    ctx = dict(context, traceparent=tp)
+    ts = headers.get("tracestate")
+    if ts is not None:
+        ctx["tracestate"] = ts
+    return ctx
+
+
+class BackgroundError(Exception):
+    """A thread the function started raised while the function was still running."""
+
+
+class _CallGuard:
+    """Turns an exception in a function's thread into a 500 for the call in flight.
+
+    Without this, a handler that waits for a thread that died would hang until the timeout.
+    The thread's hook sends SIGINT to the main thread; the signal handler runs in the
+    main thread, so it sees exactly whether a call is in flight and raises only then.
+    Outside a call the exception is only logged: the interpreter's state is still sound.
+    """
+
+    def __init__(self):
+        self.in_call = False
+        self.pending = None
+
+    def install(self):
+        threading.excepthook = self._thread_hook
+        signal.signal(signal.SIGINT, self._on_interrupt)
+
+    def _thread_hook(self, args):
+        name = args.thread.name if args.thread is not None else "?"
+        print("exception in thread %s:" % name, file=sys.stderr)
+        traceback.print_exception(args.exc_type, args.exc_value, args.exc_traceback)
+        sys.stderr.flush()
+        if self.in_call and args.exc_type is not SystemExit:
+            self.pending = "exception in thread %s: %s: %s" % (name, args.exc_type.__name__, args.exc_value)
+            # A real signal to the main thread, so a blocking wait there (lock, sleep, select)
+            # wakes up too; _thread.interrupt_main() would only be seen once the wait ends.
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    def _on_interrupt(self, signum, frame):
+        if self.in_call and self.pending is not None:
+            msg, self.pending = self.pending, None
+            raise BackgroundError(msg)
+
+
 def main():
     sock_path = os.environ.get("KUBELESS_WORKER_SOCKET")
     if not sock_path:
@@ -175,6 +225,8 @@ def main():
         "memory-limit": os.environ.get("FUNC_MEMORY_LIMIT", ""),
     }
     loop = None
+    guard = _CallGuard()
+    guard.install()
     while True:
         head, body = chan.read()
         if head is None:
@@ -197,12 +249,21 @@ def main():
             "extensions": {"request": Request(head, headers, body)},
         }
         try:
-            result = func(event, context)
-            if inspect.isawaitable(result):
-                if loop is None:
-                    loop = asyncio.new_event_loop()
-                    asyncio.set_event_loop(loop)
-                result = loop.run_until_complete(result)
+            guard.pending = None
+            guard.in_call = True
+            try:
+                result = func(event, _call_context(context, headers))
+                if hasattr(result, "__await__"):
+                    if loop is None:
+                        # Imported on first use: asyncio adds about 7 MB to every idle worker.
+                        import asyncio
+
+                        loop = asyncio.new_event_loop()
+                        asyncio.set_event_loop(loop)
+                    result = loop.run_until_complete(result)
+            finally:
+                guard.in_call = False
+                guard.pending = None
             rhead, rbody = _to_response(result, response_cls)
         except Exception as e:
             traceback.print_exc()

@@ -3,9 +3,14 @@
 //! `cargo bench -p kubeless-runtime --bench throughput` prints req/s, p50 and
 //! p99 at 1, 16 and 64 keep-alive connections for: a bare hyper server
 //! (the baseline, measured in the same run), `serve` with the built-in no-op
-//! worker, and Python and Node.js hello functions. Every server is its own
+//! worker, and Python, Node.js, Ruby and PHP hello functions. Every server is its own
 //! process on a loopback port; the load generator is one thread.
 //! KUBELESS_BENCH_SECONDS sets the time per point (default 3).
+//!
+//! Before the load, it also prints each runtime's idle memory: the proxy plus its workers
+//! (one worker: the pool starts small and grows under load), as the sum of RSS and of PSS
+//! (PSS splits shared pages between the processes, as a container's memory accounting counts
+//! them once). After the load it prints the same with the pool grown.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
@@ -61,7 +66,16 @@ fn main() {
             "node hello",
             Box::new(|port| serve(port, "auto", "nodejs20", &fixtures.join("nodejs"))),
         ),
+        (
+            "ruby hello",
+            Box::new(|port| serve(port, "auto", "ruby3.1", &fixtures.join("ruby"))),
+        ),
+        (
+            "php hello",
+            Box::new(|port| serve(port, "auto", "php8.2", &fixtures.join("php"))),
+        ),
     ];
+    let mut memory: Vec<(&str, Memory, Memory)> = Vec::new();
     let mut results: Vec<(&str, Vec<Point>)> = Vec::new();
     for (name, make) in &targets {
         let port = free_port();
@@ -70,16 +84,20 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let points = rt.block_on(async {
+        let (points, idle, busy) = rt.block_on(async {
             wait_ready(port).await;
+            // Let start-up garbage settle before measuring the idle pod.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let idle = Memory::of_tree(child.id());
             let _ = load(port, 16, Duration::from_millis(500)).await; // warm-up
             let mut v = Vec::new();
             for c in CONNS {
                 v.push(load(port, c, dur).await);
             }
-            v
+            (v, idle, Memory::of_tree(child.id()))
         });
         stop(&mut child);
+        memory.push((name, idle, busy));
         for (c, p) in CONNS.iter().zip(&points) {
             println!(
                 "{name:<24} conns={c:<3} {:>9.0} req/s  p50 {:>8.1} us  p99 {:>8.1} us  ({} requests, {} errors)",
@@ -87,6 +105,15 @@ fn main() {
             );
         }
         results.push((name, points));
+    }
+    println!(
+        "\nmemory (proxy + workers; idle = before any load, loaded = after the 64-connection run):"
+    );
+    for (name, idle, busy) in &memory {
+        println!(
+            "{name:<24} idle: {} procs, RSS {:>6.1} MB, PSS {:>6.1} MB | loaded: {} procs, RSS {:>6.1} MB, PSS {:>6.1} MB",
+            idle.procs, idle.rss_mb, idle.pss_mb, busy.procs, busy.rss_mb, busy.pss_mb
+        );
     }
     let base = &results[0].1;
     println!("\nratios vs baseline (req/s share; p50 multiple):");
@@ -126,8 +153,63 @@ fn serve(port: u16, worker: &str, runtime: &str, dir: &Path) -> Command {
             "KUBELESS_NODEJS_WORKER",
             runtimes.join("nodejs/kubeless_worker.js"),
         )
+        .env(
+            "KUBELESS_RUBY_WORKER",
+            runtimes.join("ruby/kubeless_worker.rb"),
+        )
+        .env(
+            "KUBELESS_PHP_WORKER",
+            runtimes.join("php/kubeless_worker.php"),
+        )
         .env("RUST_LOG", "warn");
     c
+}
+
+/// Memory of a process and its direct children.
+struct Memory {
+    procs: usize,
+    rss_mb: f64,
+    pss_mb: f64,
+}
+
+impl Memory {
+    fn of_tree(root: u32) -> Memory {
+        let mut pids = vec![root];
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if ppid == Some(root) {
+                pids.push(pid);
+            }
+        }
+        let kb = |pid: u32, file: &str, key: &str| -> f64 {
+            std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix(key))
+                        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+                })
+                .unwrap_or(0.0)
+        };
+        Memory {
+            procs: pids.len(),
+            rss_mb: pids.iter().map(|p| kb(*p, "status", "VmRSS:")).sum::<f64>() / 1024.0,
+            pss_mb: pids
+                .iter()
+                .map(|p| kb(*p, "smaps_rollup", "Pss:"))
+                .sum::<f64>()
+                / 1024.0,
+        }
+    }
 }
 
 fn free_port() -> u16 {

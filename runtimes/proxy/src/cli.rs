@@ -18,7 +18,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the function over HTTP on FUNC_PORT with a pool of language workers.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Init step 1: decode/download the function, verify its checksum, unpack it and copy the deps file.
     Prepare(PrepareArgs),
     /// Init step 2: install the function's dependencies into the install volume.
@@ -31,10 +31,12 @@ pub enum Command {
 /// Which worker implementation `serve` starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum WorkerKind {
-    /// Chosen from FUNC_RUNTIME (`python*` or `nodejs*`).
+    /// Chosen from FUNC_RUNTIME (`python*`, `nodejs*`, `ruby*` or `php*`).
     Auto,
     Python,
     Nodejs,
+    Ruby,
+    Php,
     /// The built-in no-op worker (this binary), for measuring the proxy itself.
     Noop,
 }
@@ -65,9 +67,24 @@ pub struct ServeArgs {
     /// Folder holding the function code and its installed dependencies.
     #[arg(long, env = "KUBELESS_INSTALL_VOLUME")]
     pub install_volume: Option<PathBuf>,
-    /// Number of worker processes (default: available CPUs).
+    /// A fixed number of worker processes (default: sized from the CPU limit, or grown on demand).
     #[arg(long, env = "KUBELESS_WORKERS")]
     pub workers: Option<usize>,
+    /// Workers started up front and always kept (default: 1, or the CPU limit when there is one).
+    #[arg(long, env = "KUBELESS_MIN_WORKERS")]
+    pub min_workers: Option<usize>,
+    /// Most workers at once (default: the CPU limit, else the CPUs the process may use).
+    #[arg(long, env = "KUBELESS_MAX_WORKERS")]
+    pub max_workers: Option<usize>,
+    /// Seconds an idle worker above the minimum lives before it exits.
+    #[arg(long, env = "KUBELESS_WORKER_IDLE_TIMEOUT", default_value_t = 60.0)]
+    pub worker_idle_timeout: f64,
+    /// cgroup file system root, where the CPU limit is read from.
+    #[arg(long, env = "KUBELESS_CGROUP_ROOT", default_value = "/sys/fs/cgroup")]
+    pub cgroup_root: PathBuf,
+    /// Largest reply body a worker may send, in bytes (default: the request body limit).
+    #[arg(long, env = "KUBELESS_MAX_REPLY_BYTES")]
+    pub max_reply_bytes: Option<usize>,
     /// Worker implementation.
     #[arg(long, env = "KUBELESS_WORKER", value_enum, default_value_t = WorkerKind::Auto)]
     pub worker: WorkerKind,
@@ -91,6 +108,26 @@ pub struct ServeArgs {
         default_value = "/opt/kubeless/nodejs/kubeless_worker.js"
     )]
     pub nodejs_worker: PathBuf,
+    /// Ruby interpreter for the Ruby worker.
+    #[arg(long, env = "KUBELESS_RUBY", default_value = "ruby")]
+    pub ruby: PathBuf,
+    /// Path of the Ruby worker script.
+    #[arg(
+        long,
+        env = "KUBELESS_RUBY_WORKER",
+        default_value = "/opt/kubeless/ruby/kubeless_worker.rb"
+    )]
+    pub ruby_worker: PathBuf,
+    /// PHP CLI executable for the PHP worker.
+    #[arg(long, env = "KUBELESS_PHP", default_value = "php")]
+    pub php: PathBuf,
+    /// Path of the PHP worker script.
+    #[arg(
+        long,
+        env = "KUBELESS_PHP_WORKER",
+        default_value = "/opt/kubeless/php/kubeless_worker.php"
+    )]
+    pub php_worker: PathBuf,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "KUBELESS_MAX_BODY_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -106,6 +143,26 @@ pub struct ServeArgs {
     /// Write one access-log line per request to stdout.
     #[arg(long, env = "KUBELESS_ACCESS_LOG", default_value_t = true, action = clap::ArgAction::Set)]
     pub access_log: bool,
+    /// OTLP/HTTP base endpoint for the per-call server spans (e.g. `http://otel-collector:4318`).
+    /// Empty: no spans, and the incoming trace context is passed to the function unchanged.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", default_value = "")]
+    pub otlp_endpoint: String,
+    /// `service.name` of the exported spans.
+    #[arg(long, env = "OTEL_SERVICE_NAME", default_value = "kubeless-function")]
+    pub otel_service_name: String,
+    /// Access-log line format: `combined` (Apache/morgan combined, what Kubeless's runtimes
+    /// printed) or `timed` (RFC 3339 time first and the call's duration last).
+    #[arg(long, env = "KUBELESS_ACCESS_LOG_FORMAT", value_enum, default_value_t = AccessLogFormat::Combined)]
+    pub access_log_format: AccessLogFormat,
+}
+
+/// See [`ServeArgs::access_log_format`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AccessLogFormat {
+    /// `<ip> - - [<dd/Mon/yyyy:HH:MM:SS +0000>] "<METHOD> <url> HTTP/<v>" <status> <bytes> "<referer>" "<user agent>"`
+    Combined,
+    /// `<RFC 3339 time> <ip> "<METHOD> <url> HTTP/<v>" <status> <bytes> <ms>ms`
+    Timed,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -135,7 +192,7 @@ pub struct InstallArgs {
     /// Runtime id and version, e.g. `python3.11` or `nodejs20`.
     #[arg(long, env = "FUNC_RUNTIME")]
     pub runtime: String,
-    /// Dependency file (`requirements.txt` or `package.json`); absent or empty means nothing to do.
+    /// Dependency file (`requirements.txt`, `package.json`, `Gemfile` or `composer.json`); absent or empty means nothing to do.
     #[arg(long, env = "KUBELESS_DEPS_FILE")]
     pub deps: PathBuf,
     /// Install volume to install into.
@@ -147,4 +204,10 @@ pub struct InstallArgs {
     /// npm executable.
     #[arg(long, env = "KUBELESS_NPM", default_value = "npm")]
     pub npm: PathBuf,
+    /// Bundler executable (Ruby).
+    #[arg(long, env = "KUBELESS_BUNDLE", default_value = "bundle")]
+    pub bundle: PathBuf,
+    /// Composer executable (PHP).
+    #[arg(long, env = "KUBELESS_COMPOSER", default_value = "composer")]
+    pub composer: PathBuf,
 }

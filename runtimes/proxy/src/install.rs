@@ -9,7 +9,7 @@ use crate::server::PYTHON_PACKAGES_DIR;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {
-    #[error("no dependency installer for runtime {0:?} (supported: python*, nodejs*)")]
+    #[error("no dependency installer for runtime {0:?} (supported: python*, nodejs*, ruby*, php*)")]
     UnknownRuntime(String),
     #[error("cannot read the dependency file {path}")]
     ReadDeps {
@@ -42,7 +42,12 @@ pub enum Installed {
     NothingToDo,
     Python { target: PathBuf },
     Node { prefix: PathBuf },
+    Ruby { path: PathBuf },
+    Php { vendor: PathBuf },
 }
+
+/// Where `install` puts a Ruby function's gems (bundler's `BUNDLE_PATH`), under the install volume.
+pub const RUBY_BUNDLE_DIR: &str = "vendor/bundle";
 
 fn on_path(name: &str) -> bool {
     std::env::var_os("PATH")
@@ -110,17 +115,7 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
         Ok(Installed::Python { target })
     } else if runtime.starts_with("nodejs") || runtime.starts_with("node") {
         // npm reads package.json from the folder it runs in.
-        let manifest = args.dir.join("package.json");
-        if !same_file(&args.deps, &manifest) {
-            std::fs::create_dir_all(&args.dir).map_err(|source| InstallError::Write {
-                path: args.dir.clone(),
-                source,
-            })?;
-            std::fs::write(&manifest, deps.as_bytes()).map_err(|source| InstallError::Write {
-                path: manifest.clone(),
-                source,
-            })?;
-        }
+        put_manifest(args, &deps, "package.json")?;
         // Run in the install dir rather than with `--prefix`: npm reads its global npmrc from
         // <prefix>/etc, so `--prefix` would drop the machine's global settings (a proxy's CA file).
         let mut cmd = Command::new(&args.npm);
@@ -137,9 +132,70 @@ pub fn install(args: &InstallArgs) -> Result<Installed, InstallError> {
         Ok(Installed::Node {
             prefix: args.dir.clone(),
         })
+    } else if runtime.starts_with("ruby") {
+        // The worker runs `bundler/setup` against <volume>/Gemfile, so the Gemfile (and the
+        // Gemfile.lock bundler writes) live in the volume.
+        let gemfile = put_manifest(args, &deps, "Gemfile")?;
+        let path = args.dir.join(RUBY_BUNDLE_DIR);
+        let mut cmd = Command::new(&args.bundle);
+        cmd.arg("install")
+            .current_dir(&args.dir)
+            .env("BUNDLE_GEMFILE", &gemfile)
+            .env("BUNDLE_PATH", &path);
+        // Gems packaged with the function (`bundle cache`) install with no registry at all.
+        if args.dir.join("vendor/cache").is_dir() {
+            cmd.arg("--local");
+        }
+        // The function user's HOME may not be writable.
+        if std::env::var_os("BUNDLE_USER_HOME").is_none() {
+            cmd.env(
+                "BUNDLE_USER_HOME",
+                std::env::temp_dir().join("kubeless-bundle-home"),
+            );
+        }
+        run(cmd)?;
+        Ok(Installed::Ruby { path })
+    } else if runtime.starts_with("php") {
+        // composer reads composer.json from its working dir and writes <dir>/vendor.
+        put_manifest(args, &deps, "composer.json")?;
+        let mut cmd = Command::new(&args.composer);
+        cmd.args([
+            "install",
+            "--no-dev",
+            "--no-interaction",
+            "--no-progress",
+            "--optimize-autoloader",
+        ])
+        .current_dir(&args.dir);
+        if std::env::var_os("COMPOSER_HOME").is_none() {
+            cmd.env(
+                "COMPOSER_HOME",
+                std::env::temp_dir().join("kubeless-composer-home"),
+            );
+        }
+        run(cmd)?;
+        Ok(Installed::Php {
+            vendor: args.dir.join("vendor"),
+        })
     } else {
         Err(InstallError::UnknownRuntime(runtime.to_owned()))
     }
+}
+
+/// Write the deps as `<dir>/<name>` (where the installer looks), unless they are that file already.
+fn put_manifest(args: &InstallArgs, deps: &str, name: &str) -> Result<PathBuf, InstallError> {
+    let manifest = args.dir.join(name);
+    if !same_file(&args.deps, &manifest) {
+        std::fs::create_dir_all(&args.dir).map_err(|source| InstallError::Write {
+            path: args.dir.clone(),
+            source,
+        })?;
+        std::fs::write(&manifest, deps.as_bytes()).map_err(|source| InstallError::Write {
+            path: manifest.clone(),
+            source,
+        })?;
+    }
+    Ok(manifest)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {

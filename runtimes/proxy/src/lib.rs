@@ -12,6 +12,8 @@ pub mod pool;
 pub mod prepare;
 pub mod protocol;
 pub mod server;
+pub mod sizing;
+pub mod trace;
 
 /// An error and its sources on one line, for logs and stderr.
 pub fn error_chain(e: &dyn std::error::Error) -> String {

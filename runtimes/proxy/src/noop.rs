@@ -33,6 +33,7 @@ pub fn run() -> Result<(), NoopError> {
         status: 200,
         headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
         error: None,
+        retire: false,
     };
     while protocol::read_frame_blocking(&mut reader)?.is_some() {
         protocol::write_frame_blocking(&mut writer, &head, b"hello world")?;

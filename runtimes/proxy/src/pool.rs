@@ -1,14 +1,18 @@
-//! A fixed pool of language worker processes.
+//! A pool of language worker processes that grows with concurrent calls.
 //!
 //! Calls wait in one queue; each pool slot takes the next call when its
 //! worker is idle, so a slow call never blocks the others. A call that runs
 //! past the timeout gets 408, and its worker (with its whole process group)
 //! is killed and replaced while the other slots keep serving.
+//!
+//! The pool starts `min` workers. When a call arrives and no worker is idle,
+//! one more is started, up to `max`; a worker idle for `idle_timeout` exits
+//! while more than `min` are running. `min == max` is a fixed pool.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -31,6 +35,31 @@ pub struct WorkerSpec {
     pub socket_dir: PathBuf,
     /// How long a worker may take to load the function and say hello.
     pub start_timeout: Duration,
+    /// Largest reply body accepted from a worker; a bigger one fails the call.
+    pub max_reply_bytes: usize,
+}
+
+/// How many workers the pool runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolSize {
+    /// Workers started up front and always kept.
+    pub min: usize,
+    /// Most workers at once.
+    pub max: usize,
+    /// An idle worker above `min` exits after this long.
+    pub idle_timeout: Duration,
+}
+
+impl PoolSize {
+    /// A pool of exactly `n` workers.
+    pub fn fixed(n: usize) -> Self {
+        let n = n.max(1);
+        Self {
+            min: n,
+            max: n,
+            idle_timeout: Duration::MAX,
+        }
+    }
 }
 
 /// Errors starting a worker.
@@ -81,6 +110,8 @@ pub enum CallOutcome {
     Timeout,
     /// The worker died or broke the protocol mid-call.
     WorkerFailed(String),
+    /// The worker's answer was over the reply size limit; the worker was replaced.
+    ReplyTooLarge(String),
     /// The pool is shutting down.
     Unavailable,
 }
@@ -95,33 +126,52 @@ struct Job {
 #[derive(Clone)]
 pub struct Pool {
     tx: mpsc::Sender<Job>,
-    size: usize,
+    shared: Arc<Shared>,
+}
+
+/// What every slot task and the call path share.
+struct Shared {
+    rx: Mutex<mpsc::Receiver<Job>>,
+    spec: WorkerSpec,
+    size: PoolSize,
+    timeout: Duration,
+    generation: AtomicU64,
+    next_slot: AtomicUsize,
+    /// Slots running (or starting) a worker.
+    live: AtomicUsize,
+    /// Slots waiting for a call.
+    idle: AtomicUsize,
 }
 
 impl Pool {
-    /// Start `size` workers and wait until each has loaded the function.
+    /// Start `size.min` workers and wait until each has loaded the function.
     pub async fn start(
         spec: WorkerSpec,
-        size: usize,
+        size: PoolSize,
         timeout: Duration,
     ) -> Result<Self, PoolStartError> {
-        let size = size.max(1);
-        let (tx, rx) = mpsc::channel::<Job>(size * 1024);
-        let rx = Arc::new(Mutex::new(rx));
-        let spec = Arc::new(spec);
-        let generation = Arc::new(AtomicU64::new(0));
-        let mut ready = Vec::with_capacity(size);
-        for slot in 0..size {
+        let size = PoolSize {
+            min: size.min.max(1),
+            max: size.max.max(size.min.max(1)),
+            idle_timeout: size.idle_timeout,
+        };
+        let (tx, rx) = mpsc::channel::<Job>(size.max * 1024);
+        let shared = Arc::new(Shared {
+            rx: Mutex::new(rx),
+            spec,
+            size,
+            timeout,
+            generation: AtomicU64::new(0),
+            next_slot: AtomicUsize::new(0),
+            live: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+        });
+        let mut ready = Vec::with_capacity(size.min);
+        for _ in 0..size.min {
             let (ready_tx, ready_rx) = oneshot::channel();
             ready.push(ready_rx);
-            tokio::spawn(run_slot(
-                slot,
-                spec.clone(),
-                rx.clone(),
-                timeout,
-                generation.clone(),
-                ready_tx,
-            ));
+            shared.live.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(run_slot(shared.clone(), Some(ready_tx)));
         }
         for (slot, r) in ready.into_iter().enumerate() {
             match r.await {
@@ -135,16 +185,22 @@ impl Pool {
                 }
             }
         }
-        Ok(Self { tx, size })
+        Ok(Self { tx, shared })
     }
 
-    /// Number of worker slots.
-    pub fn size(&self) -> usize {
-        self.size
+    /// The pool's configured size.
+    pub fn size(&self) -> PoolSize {
+        self.shared.size
+    }
+
+    /// Workers running or starting now.
+    pub fn live(&self) -> usize {
+        self.shared.live.load(Ordering::SeqCst)
     }
 
     /// Queue a call (prefix from [`protocol::encode_prefix`]) and wait for its outcome.
     pub async fn call(&self, prefix: Vec<u8>, body: Bytes) -> CallOutcome {
+        self.grow_if_busy();
         let (reply, rx) = oneshot::channel();
         if self
             .tx
@@ -159,6 +215,27 @@ impl Pool {
             return CallOutcome::Unavailable;
         }
         rx.await.unwrap_or(CallOutcome::Unavailable)
+    }
+
+    /// No worker is free for this call: start one more, if the cap allows.
+    fn grow_if_busy(&self) {
+        let sh = &self.shared;
+        if sh.idle.load(Ordering::SeqCst) > 0 {
+            return;
+        }
+        let grew = sh
+            .live
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < sh.size.max).then_some(n + 1)
+            })
+            .is_ok();
+        if grew {
+            tracing::debug!(
+                live = sh.live.load(Ordering::SeqCst),
+                "all workers busy; starting one more"
+            );
+            tokio::spawn(run_slot(sh.clone(), None));
+        }
     }
 }
 
@@ -217,8 +294,11 @@ impl Worker {
         };
         let (r, writer) = stream.into_split();
         let mut reader = BufReader::with_capacity(64 * 1024, r);
-        let hello =
-            tokio::time::timeout(spec.start_timeout, protocol::read_frame(&mut reader)).await;
+        let hello = tokio::time::timeout(
+            spec.start_timeout,
+            protocol::read_frame(&mut reader, spec.max_reply_bytes),
+        )
+        .await;
         let head = match hello {
             Ok(Ok(Some((head, _)))) => head,
             Ok(Ok(None)) => {
@@ -259,18 +339,27 @@ impl Worker {
         &mut self,
         prefix: Vec<u8>,
         body: &[u8],
-    ) -> Result<(ResponseHead, Bytes), String> {
+        max_reply: usize,
+    ) -> Result<(ResponseHead, Bytes), CallOutcome> {
         protocol::write_frame(&mut self.writer, prefix, body)
             .await
-            .map_err(|e| format!("sending the call failed: {e}"))?;
-        match protocol::read_frame(&mut self.reader).await {
+            .map_err(|e| CallOutcome::WorkerFailed(format!("sending the call failed: {e}")))?;
+        match protocol::read_frame(&mut self.reader, max_reply).await {
             Ok(Some((head, body))) => {
-                let head: ResponseHead = serde_json::from_slice(&head)
-                    .map_err(|e| format!("worker answer is not valid JSON: {e}"))?;
+                let head: ResponseHead = serde_json::from_slice(&head).map_err(|e| {
+                    CallOutcome::WorkerFailed(format!("worker answer is not valid JSON: {e}"))
+                })?;
                 Ok((head, body))
             }
-            Ok(None) => Err("worker exited during the call".into()),
-            Err(e) => Err(format!("reading the answer failed: {e}")),
+            Ok(None) => Err(CallOutcome::WorkerFailed(
+                "worker exited during the call".into(),
+            )),
+            Err(e @ FrameError::BodyOverLimit { .. }) => {
+                Err(CallOutcome::ReplyTooLarge(e.to_string()))
+            }
+            Err(e) => Err(CallOutcome::WorkerFailed(format!(
+                "reading the answer failed: {e}"
+            ))),
         }
     }
 
@@ -293,19 +382,15 @@ fn kill_group(child: &mut Child) {
     let _ = child.start_kill();
 }
 
-async fn run_slot(
-    slot: usize,
-    spec: Arc<WorkerSpec>,
-    rx: Arc<Mutex<mpsc::Receiver<Job>>>,
-    timeout: Duration,
-    generation: Arc<AtomicU64>,
-    ready: oneshot::Sender<Result<(), SpawnError>>,
-) {
-    let mut ready = Some(ready);
+/// One pool slot: runs a worker, replaces it when it fails, and ends when the pool shrinks
+/// or shuts down. The slot was counted in `live` by whoever spawned it.
+async fn run_slot(sh: Arc<Shared>, ready: Option<oneshot::Sender<Result<(), SpawnError>>>) {
+    let slot = sh.next_slot.fetch_add(1, Ordering::SeqCst);
+    let mut ready = ready;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let g = generation.fetch_add(1, Ordering::Relaxed);
-        let mut worker = match Worker::spawn(&spec, slot, g).await {
+        let g = sh.generation.fetch_add(1, Ordering::Relaxed);
+        let mut worker = match Worker::spawn(&sh.spec, slot, g).await {
             Ok(w) => {
                 backoff = Duration::from_millis(100);
                 if let Some(r) = ready.take() {
@@ -315,6 +400,7 @@ async fn run_slot(
             }
             Err(e) => {
                 if let Some(r) = ready.take() {
+                    sh.live.fetch_sub(1, Ordering::SeqCst);
                     let _ = r.send(Err(e));
                     return;
                 }
@@ -326,19 +412,36 @@ async fn run_slot(
         };
         loop {
             // Also watch the idle worker, so a crash is repaired before the next call.
+            sh.idle.fetch_add(1, Ordering::SeqCst);
             let next = tokio::select! {
-                job = async { rx.lock().await.recv().await } => Ok(job),
-                status = worker.child.wait() => Err(status),
+                job = async { sh.rx.lock().await.recv().await } => Next::Job(job),
+                status = worker.child.wait() => Next::Exited(status),
+                () = tokio::time::sleep(sh.size.idle_timeout), if sh.size.idle_timeout < Duration::MAX => Next::IdleTooLong,
             };
+            sh.idle.fetch_sub(1, Ordering::SeqCst);
             let job = match next {
-                Ok(job) => job,
-                Err(status) => {
+                Next::Job(job) => job,
+                Next::Exited(status) => {
                     let status = status
                         .map(|s| s.to_string())
                         .unwrap_or_else(|e| e.to_string());
                     tracing::error!(slot, %status, "idle worker exited; replacing it");
                     worker.kill();
                     break;
+                }
+                Next::IdleTooLong => {
+                    let shrunk = sh
+                        .live
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                            (n > sh.size.min).then(|| n - 1)
+                        })
+                        .is_ok();
+                    if shrunk {
+                        tracing::debug!(slot, "worker idle too long; stopping it");
+                        worker.kill();
+                        return;
+                    }
+                    continue;
                 }
             };
             let Some(job) = job else {
@@ -349,20 +452,28 @@ async fn run_slot(
                 // The client went away while the call was queued.
                 continue;
             }
-            match tokio::time::timeout(timeout, worker.call(job.prefix, &job.body)).await {
+            let call = worker.call(job.prefix, &job.body, sh.spec.max_reply_bytes);
+            match tokio::time::timeout(sh.timeout, call).await {
                 Ok(Ok((head, body))) => {
+                    let retire = head.retire;
                     let _ = job.reply.send(CallOutcome::Response { head, body });
+                    if retire {
+                        tracing::warn!(slot, "worker asked to be replaced after its answer");
+                        worker.kill();
+                        break;
+                    }
                 }
-                Ok(Err(reason)) => {
-                    tracing::error!(slot, %reason, "worker failed during a call; replacing it");
-                    let _ = job.reply.send(CallOutcome::WorkerFailed(reason));
+                Ok(Err(outcome)) => {
+                    // The stream is out of step (or gone): this worker cannot take another call.
+                    tracing::error!(slot, ?outcome, "worker failed during a call; replacing it");
+                    let _ = job.reply.send(outcome);
                     worker.kill();
                     break;
                 }
                 Err(_) => {
                     tracing::warn!(
                         slot,
-                        timeout_s = timeout.as_secs_f64(),
+                        timeout_s = sh.timeout.as_secs_f64(),
                         "call timed out; killing and replacing the worker"
                     );
                     let _ = job.reply.send(CallOutcome::Timeout);
@@ -372,4 +483,10 @@ async fn run_slot(
             }
         }
     }
+}
+
+enum Next {
+    Job(Option<Job>),
+    Exited(std::io::Result<std::process::ExitStatus>),
+    IdleTooLong,
 }

@@ -27,6 +27,8 @@ pub enum FrameError {
     HeaderTooLarge(u32),
     #[error("frame body of {0} bytes does not fit the u32 length field")]
     BodyTooLarge(usize),
+    #[error("frame body is {len} bytes, over the {max} byte limit")]
+    BodyOverLimit { len: usize, max: usize },
     #[error("frame header is not valid JSON")]
     Json(#[source] serde_json::Error),
 }
@@ -66,6 +68,10 @@ pub struct ResponseHead {
     /// Set when the function raised: the status is then 500 and the call counts as a failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The worker will exit after this answer (its state is no longer trusted, e.g. after an
+    /// uncaught exception); the pool sends it no further call and starts a replacement.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retire: bool,
 }
 
 /// Encode the length-prefixed header part of a frame (`hlen`, header, `blen`).
@@ -101,9 +107,12 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Read one frame; `Ok(None)` on a clean end of stream before a frame starts.
+/// Read one frame; `Ok(None)` on a clean end of stream before a frame starts. A body over
+/// `max_body` bytes is refused before anything is allocated for it (the stream is then out of
+/// step and must be dropped).
 pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
+    max_body: usize,
 ) -> Result<Option<(Vec<u8>, Bytes)>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
@@ -119,6 +128,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r.read_exact(&mut head).await?;
     r.read_exact(&mut len).await?;
     let blen = u32::from_be_bytes(len) as usize;
+    if blen > max_body {
+        return Err(FrameError::BodyOverLimit {
+            len: blen,
+            max: max_body,
+        });
+    }
     let mut body = BytesMut::zeroed(blen);
     r.read_exact(&mut body).await?;
     Ok(Some((head, body.freeze())))
@@ -171,6 +186,7 @@ mod tests {
             status: 201,
             headers: vec![("x-a".into(), "b".into())],
             error: None,
+            retire: false,
         };
         let body: Vec<u8> = (0..=255u8).cycle().take(200_000).collect();
         let mut buf = Vec::new();
@@ -178,12 +194,26 @@ mod tests {
             .await
             .unwrap();
         let mut r = buf.as_slice();
-        let (h, b) = read_frame(&mut r).await.unwrap().unwrap();
+        let (h, b) = read_frame(&mut r, usize::MAX).await.unwrap().unwrap();
         let back: ResponseHead = serde_json::from_slice(&h).unwrap();
         assert_eq!(back.status, 201);
         assert_eq!(back.headers, head.headers);
+        assert!(!back.retire);
         assert_eq!(&b[..], &body[..]);
-        assert!(read_frame(&mut r).await.unwrap().is_none());
+        assert!(read_frame(&mut r, usize::MAX).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn body_over_the_cap_is_refused_before_allocating() {
+        // A frame that claims a 4 GiB body but carries none: the cap must trip on the length.
+        let mut bytes = encode_prefix(&ResponseHead::default(), 0).unwrap();
+        let n = bytes.len();
+        bytes[n - 4..].copy_from_slice(&u32::MAX.to_be_bytes());
+        let err = read_frame(&mut bytes.as_slice(), 1024).await.unwrap_err();
+        assert!(
+            matches!(err, FrameError::BodyOverLimit { len, max: 1024 } if len == u32::MAX as usize),
+            "{err}"
+        );
     }
 
     #[test]

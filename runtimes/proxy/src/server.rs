@@ -16,8 +16,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
+use tracing::Instrument;
 
-use crate::cli::{ServeArgs, WorkerKind};
+use crate::cli::{AccessLogFormat, ServeArgs, WorkerKind};
 use crate::metrics::{self, Metrics};
 use crate::pool::{CallOutcome, Pool, PoolStartError, WorkerSpec};
 use crate::protocol::{self, RequestHead};
@@ -50,7 +51,9 @@ struct State {
     metrics: Metrics,
     timeout: Duration,
     max_body: usize,
-    access_log: bool,
+    access_log: Option<AccessLogFormat>,
+    /// Spans are exported: each call gets a server span, and the function sees its context.
+    tracing: bool,
 }
 
 /// A bound, ready server; `run` serves until SIGTERM/SIGINT.
@@ -80,6 +83,8 @@ fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeEr
         {
             WorkerKind::Nodejs
         }
+        WorkerKind::Auto if args.runtime.starts_with("ruby") => WorkerKind::Ruby,
+        WorkerKind::Auto if args.runtime.starts_with("php") => WorkerKind::Php,
         WorkerKind::Auto => return Err(ServeError::UnknownRuntime(args.runtime.clone())),
         k => k,
     };
@@ -91,6 +96,14 @@ fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeEr
         WorkerKind::Nodejs => (
             args.node.clone().into_os_string(),
             vec![args.nodejs_worker.clone().into_os_string()],
+        ),
+        WorkerKind::Ruby => (
+            args.ruby.clone().into_os_string(),
+            vec![args.ruby_worker.clone().into_os_string()],
+        ),
+        WorkerKind::Php => (
+            args.php.clone().into_os_string(),
+            vec![args.php_worker.clone().into_os_string()],
         ),
         WorkerKind::Noop | WorkerKind::Auto => {
             let exe = std::env::current_exe().map_err(ServeError::SocketDir)?;
@@ -165,10 +178,17 @@ impl Server {
             ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
         ];
-        let size = args.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism()
+        let cpu_limit = crate::sizing::cgroup_cpu_limit(&args.cgroup_root);
+        let size = crate::sizing::pool_size(crate::sizing::SizingInput {
+            workers: args.workers,
+            min_workers: args.min_workers,
+            max_workers: args.max_workers,
+            idle_timeout: Duration::try_from_secs_f64(args.worker_idle_timeout)
+                .unwrap_or(Duration::MAX),
+            cpu_limit,
+            cpus: std::thread::available_parallelism()
                 .map(|n| n.get())
-                .unwrap_or(1)
+                .unwrap_or(1),
         });
         let spec = WorkerSpec {
             program,
@@ -177,13 +197,15 @@ impl Server {
             socket_dir,
             start_timeout: Duration::try_from_secs_f64(args.worker_start_timeout)
                 .unwrap_or(Duration::from_secs(60)),
+            max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_body_bytes),
         };
         let pool = Pool::start(spec, size, timeout).await?;
         let addr = SocketAddr::new(args.listen_address, args.port);
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
-        tracing::info!(%addr, workers = pool.size(), timeout_s = timeout.as_secs_f64(), "function runtime ready");
+        let size = pool.size();
+        tracing::info!(%addr, min_workers = size.min, max_workers = size.max, cpu_limit = ?cpu_limit, timeout_s = timeout.as_secs_f64(), "function runtime ready");
         Ok(Self {
             listener,
             state: Arc::new(State {
@@ -191,7 +213,8 @@ impl Server {
                 metrics: Metrics::new(),
                 timeout,
                 max_body: args.max_body_bytes,
-                access_log: args.access_log,
+                access_log: args.access_log.then_some(args.access_log_format),
+                tracing: !args.otlp_endpoint.trim().is_empty(),
             }),
             _socket_dir: tmp,
         })
@@ -304,6 +327,15 @@ async fn handle(
         .path_and_query()
         .map(|p| p.as_str().to_owned())
         .unwrap_or_else(|| "/".into());
+    let header_text = |name: header::HeaderName| {
+        state.access_log.and_then(|_| {
+            req.headers()
+                .get(name)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        })
+    };
+    let referer = header_text(header::REFERER);
+    let user_agent = header_text(header::USER_AGENT);
     let resp = match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "OK"),
         "/metrics" => match state.metrics.encode() {
@@ -317,6 +349,17 @@ async fn handle(
             }
             Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode metrics"),
         },
+        _ if state.tracing => {
+            let span = crate::trace::server_span(&method, req.uri().path(), req.headers());
+            let (resp, failed) = call_function(&state, req, remote)
+                .instrument(span.clone())
+                .await;
+            crate::trace::record_outcome(&span, resp.status().as_u16(), failed);
+            state
+                .metrics
+                .observe(method.as_str(), start.elapsed().as_secs_f64(), failed);
+            resp
+        }
         _ => {
             let (resp, failed) = call_function(&state, req, remote).await;
             state
@@ -325,20 +368,35 @@ async fn handle(
             resp
         }
     };
-    if state.access_log {
-        let line = format!(
-            "{} {} \"{} {} {:?}\" {} {} {:.3}ms\n",
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-            remote.ip(),
-            method,
-            path_and_query,
-            version,
-            resp.status().as_u16(),
-            hyper::body::Body::size_hint(resp.body())
-                .exact()
-                .unwrap_or(0),
-            start.elapsed().as_secs_f64() * 1000.0,
-        );
+    if let Some(format) = state.access_log {
+        let bytes = hyper::body::Body::size_hint(resp.body())
+            .exact()
+            .unwrap_or(0);
+        let line = match format {
+            AccessLogFormat::Combined => format!(
+                "{} - - [{}] \"{} {} {:?}\" {} {} \"{}\" \"{}\"\n",
+                remote.ip(),
+                chrono::Utc::now().format("%d/%b/%Y:%H:%M:%S %z"),
+                method,
+                path_and_query,
+                version,
+                resp.status().as_u16(),
+                bytes,
+                referer.as_deref().unwrap_or("-"),
+                user_agent.as_deref().unwrap_or("-"),
+            ),
+            AccessLogFormat::Timed => format!(
+                "{} {} \"{} {} {:?}\" {} {} {:.3}ms\n",
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+                remote.ip(),
+                method,
+                path_and_query,
+                version,
+                resp.status().as_u16(),
+                bytes,
+                start.elapsed().as_secs_f64() * 1000.0,
+            ),
+        };
         let _ = std::io::stdout().lock().write_all(line.as_bytes());
     }
     resp
@@ -368,8 +426,12 @@ async fn call_function(
             );
         }
     };
-    let headers = parts
-        .headers
+    let mut req_headers = parts.headers;
+    if state.tracing {
+        // The function continues the proxy's span, not the caller's.
+        crate::trace::inject_current(&mut req_headers);
+    }
+    let headers = req_headers
         .iter()
         .map(|(k, v)| {
             (
@@ -432,6 +494,13 @@ async fn call_function(
             text(
                 StatusCode::REQUEST_TIMEOUT,
                 "Timeout while processing the function\n",
+            ),
+            true,
+        ),
+        CallOutcome::ReplyTooLarge(_) => (
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the function's answer is over the reply size limit (KUBELESS_MAX_REPLY_BYTES)\n",
             ),
             true,
         ),

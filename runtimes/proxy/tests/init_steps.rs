@@ -423,3 +423,160 @@ fn install_without_deps_is_a_no_op() {
     assert!(out.status.success());
     assert!(!vol.path().join(".python-packages").exists());
 }
+
+fn deps_fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/deps")
+        .join(name)
+}
+
+/// `gem build` the fixture gem into `<vol>/vendor/cache`, as `bundle cache` would leave it.
+fn cache_fixture_gem(vol: &Path) {
+    let cache = vol.join("vendor/cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let out = Command::new("gem")
+        .current_dir(deps_fixture("kl_greeter"))
+        .args(["build", "kl_greeter.gemspec", "--output"])
+        .arg(cache.join("kl_greeter-1.0.0.gem"))
+        .output()
+        .expect("`gem` not found: install Debian's ruby (scripts/lib.sh ensure_tools does)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn install_gemfile_with_bundler_and_use_it() {
+    let vol = volume_with_fixture(Lang::Ruby);
+    cache_fixture_gem(vol.path());
+    let deps = tempfile::tempdir().unwrap();
+    std::fs::write(
+        deps.path().join("Gemfile"),
+        "source 'https://rubygems.org'\ngem 'kl_greeter', '1.0.0'\n",
+    )
+    .unwrap();
+    let out = install("ruby3.1", &deps.path().join("Gemfile"), vol.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // bundler really installed the gem into the volume, not just pointed at the cache.
+    let gems = vol.path().join("vendor/bundle/ruby");
+    let installed = std::fs::read_dir(&gems).unwrap().any(|d| {
+        d.unwrap()
+            .path()
+            .join("gems/kl_greeter-1.0.0/lib/kl_greeter.rb")
+            .is_file()
+    });
+    assert!(installed, "kl_greeter is not under {}", gems.display());
+    assert!(vol.path().join("Gemfile.lock").is_file());
+    let rt = Runtime::start(
+        Lang::Ruby,
+        Opts {
+            handler: "uses_dep",
+            volume: Some(vol.path().to_path_buf()),
+            workers: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let body = client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "hello gem from kl_greeter 1.0.0");
+}
+
+#[test]
+fn install_bad_gemfile_fails() {
+    let vol = tempfile::tempdir().unwrap();
+    cache_fixture_gem(vol.path());
+    std::fs::write(
+        vol.path().join("Gemfile"),
+        "source 'https://rubygems.org'\ngem 'kl_greeter', '9.9.9'\n",
+    )
+    .unwrap();
+    let out = install("ruby3.1", &vol.path().join("Gemfile"), vol.path());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("bundle") && stderr.contains("failed"),
+        "{stderr}"
+    );
+}
+
+fn composer_json(version: &str) -> String {
+    serde_json::json!({
+        "name": "kubeless-rs/fixture",
+        "require": {"kubeless-rs/kl-greeter": version},
+        "repositories": [
+            {"type": "path", "url": deps_fixture("kl-greeter-php"), "options": {"symlink": false}},
+            {"packagist.org": false}
+        ]
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn install_composer_json_and_use_it() {
+    let vol = volume_with_fixture(Lang::Php);
+    let deps = tempfile::tempdir().unwrap();
+    std::fs::write(deps.path().join("composer.json"), composer_json("1.0.0")).unwrap();
+    let out = install("php8.2", &deps.path().join("composer.json"), vol.path());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A copy (not a symlink) in the volume, with composer's autoloader.
+    let src = vol
+        .path()
+        .join("vendor/kubeless-rs/kl-greeter/src/Greeter.php");
+    assert!(
+        src.is_file()
+            && !vol
+                .path()
+                .join("vendor/kubeless-rs/kl-greeter")
+                .is_symlink()
+    );
+    assert!(vol.path().join("vendor/autoload.php").is_file());
+    let rt = Runtime::start(
+        Lang::Php,
+        Opts {
+            handler: "uses_dep",
+            volume: Some(vol.path().to_path_buf()),
+            workers: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let body = client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "hello composer from kl-greeter 1.0.0");
+}
+
+#[test]
+fn install_bad_composer_json_fails() {
+    let vol = tempfile::tempdir().unwrap();
+    std::fs::write(vol.path().join("composer.json"), composer_json("9.9.9")).unwrap();
+    let out = install("php8.2", &vol.path().join("composer.json"), vol.path());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("composer") && stderr.contains("failed"),
+        "{stderr}"
+    );
+}

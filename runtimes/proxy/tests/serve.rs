@@ -1,4 +1,4 @@
-//! The runtime contract, checked against the real binary for Python and Node.js.
+//! The runtime contract, checked against the real binary for Python, Node.js, Ruby and PHP.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -407,7 +407,7 @@ async fn load_failure_exits_nonzero(lang: Lang) {
     assert!(stderr.contains("no_such_function"), "{stderr}");
 }
 
-macro_rules! both_languages {
+macro_rules! every_language {
     ($($case:ident),* $(,)?) => {
         mod python {
             $(#[tokio::test] async fn $case() { super::$case(super::Lang::Python).await })*
@@ -415,10 +415,16 @@ macro_rules! both_languages {
         mod nodejs {
             $(#[tokio::test] async fn $case() { super::$case(super::Lang::Nodejs).await })*
         }
+        mod ruby {
+            $(#[tokio::test] async fn $case() { super::$case(super::Lang::Ruby).await })*
+        }
+        mod php {
+            $(#[tokio::test] async fn $case() { super::$case(super::Lang::Php).await })*
+        }
     };
 }
 
-both_languages!(
+every_language!(
     hello_any_method_and_path,
     event_and_context,
     timeout_then_next_call_works,
@@ -444,4 +450,441 @@ async fn noop_worker_serves() {
     let r = client().get(rt.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "hello world");
+}
+
+async fn oversized_reply_fails_cleanly(lang: Lang) {
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "big_reply",
+            workers: 1,
+            env: vec![("KUBELESS_MAX_REPLY_BYTES", "1000000".into())],
+            ..Opts::default()
+        },
+    )
+    .await;
+    let c = client();
+    let start = Instant::now();
+    let r = c.post(rt.url("/")).body("big").send().await.unwrap();
+    assert_eq!(r.status(), 500);
+    assert!(
+        r.text().await.unwrap().contains("reply size limit"),
+        "the answer names the limit"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // The worker was replaced; the next call is served.
+    let r = c.post(rt.url("/")).body("small").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "small");
+    assert!(
+        rt.stderr().contains("over the 1000000 byte limit"),
+        "{}",
+        rt.stderr()
+    );
+}
+
+macro_rules! every_language_more {
+    ($($case:ident),* $(,)?) => {
+        mod each_language {
+            $(mod $case {
+                #[tokio::test] async fn python() { super::super::$case(super::super::Lang::Python).await }
+                #[tokio::test] async fn nodejs() { super::super::$case(super::super::Lang::Nodejs).await }
+                #[tokio::test] async fn ruby() { super::super::$case(super::super::Lang::Ruby).await }
+                #[tokio::test] async fn php() { super::super::$case(super::super::Lang::Php).await }
+            })*
+        }
+    };
+}
+
+every_language_more!(
+    oversized_reply_fails_cleanly,
+    server_span_is_child_of_the_callers_traceparent
+);
+
+/// Time a call takes, with its status and body.
+async fn timed_call(rt: &Runtime, body: &'static str) -> (u16, String, Duration) {
+    let start = Instant::now();
+    let r = client().post(rt.url("/")).body(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.text().await.unwrap(), start.elapsed())
+}
+
+#[tokio::test]
+async fn node_throw_in_a_timer_answers_500_at_once_and_replaces_the_worker() {
+    let rt = Runtime::start(
+        Lang::Nodejs,
+        Opts {
+            handler: "async_throw",
+            workers: 1,
+            timeout: "60",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let (_, pid1, _) = timed_call(&rt, "x").await;
+    // The timer from that call throws after the answer: the worker retires after its next one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, pid2, _) = timed_call(&rt, "x").await;
+    assert_eq!(status, 200, "an error between calls fails no call");
+    assert_eq!(
+        pid1, pid2,
+        "the same worker answers once more, then retires"
+    );
+    // A call whose promise never settles: the throw answers it with 500, not the 60 s timeout.
+    let (status, _, took) = timed_call(&rt, "hang").await;
+    assert_eq!(status, 500);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let (status, pid3, _) = timed_call(&rt, "x").await;
+    assert_eq!(status, 200);
+    assert_ne!(pid3, pid2, "the worker was replaced");
+    assert!(rt.stderr().contains("async kaboom"), "{}", rt.stderr());
+}
+
+#[tokio::test]
+async fn node_unhandled_rejection_answers_500_at_once() {
+    let rt = Runtime::start(
+        Lang::Nodejs,
+        Opts {
+            handler: "reject_later",
+            workers: 1,
+            timeout: "60",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let (status, _, took) = timed_call(&rt, "x").await;
+    assert_eq!(status, 500);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(rt.stderr().contains("rejected kaboom"), "{}", rt.stderr());
+    let m = client()
+        .get(rt.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        metric(&m, "function_failures_total{method=\"POST\"}"),
+        Some(1.0),
+        "{m}"
+    );
+}
+
+#[tokio::test]
+async fn node_response_is_a_writable_stream() {
+    let rt = Runtime::start(
+        Lang::Nodejs,
+        Opts {
+            handler: "stream_pipe",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let r = client().get(rt.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/x-fixture");
+    let want = std::fs::read(Lang::Nodejs.fixtures().join("funcs.js")).unwrap();
+    assert_eq!(&r.bytes().await.unwrap()[..], &want[..], "the piped file");
+    let rt = Runtime::start(
+        Lang::Nodejs,
+        Opts {
+            handler: "stream_write",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let r = client().get(rt.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
+    assert_eq!(r.text().await.unwrap(), "abc");
+}
+
+#[tokio::test]
+async fn python_thread_exception_fails_its_call_not_the_worker() {
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "thread_boom",
+            workers: 1,
+            timeout: "60",
+            ..Opts::default()
+        },
+    )
+    .await;
+    // The handler waits for a thread that died: 500 at once instead of the 60 s timeout.
+    let (status, _, took) = timed_call(&rt, "wait").await;
+    assert_eq!(status, 500);
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    let (status, pid1, _) = timed_call(&rt, "x").await;
+    assert_eq!(status, 200);
+    // That call's thread raises after the answer: logged, and the worker serves on.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let (status, pid2, _) = timed_call(&rt, "x").await;
+    assert_eq!(status, 200);
+    assert_eq!(pid1, pid2);
+    let err = rt.stderr();
+    assert!(err.matches("thread kaboom").count() >= 2, "{err}");
+}
+
+async fn wait_workers(rt: &Runtime, want: usize, within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let n = rt.worker_pids().len();
+        if n == want || Instant::now() > deadline {
+            return n;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn pool_grows_with_concurrent_calls_and_shrinks_when_idle() {
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "slow",
+            workers: 0,
+            env: vec![
+                ("KUBELESS_MAX_WORKERS", "3".into()),
+                ("KUBELESS_WORKER_IDLE_TIMEOUT", "1.5".into()),
+                // No CPU limit here, whatever the machine's cgroup says.
+                ("KUBELESS_CGROUP_ROOT", "/nonexistent".into()),
+            ],
+            ..Opts::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        rt.worker_pids().len(),
+        1,
+        "an idle pool starts with one worker"
+    );
+    // Rounds of 3 concurrent 0.3 s calls: the pool grows to the cap, never past it.
+    let mut pids = std::collections::HashSet::new();
+    for _ in 0..4 {
+        let calls: Vec<_> = (0..3)
+            .map(|_| {
+                let c = client();
+                let url = rt.url("/");
+                tokio::spawn(async move { c.get(url).send().await.unwrap().text().await.unwrap() })
+            })
+            .collect();
+        for h in calls {
+            pids.insert(h.await.unwrap());
+        }
+        assert!(rt.worker_pids().len() <= 3, "over the cap");
+    }
+    assert_eq!(pids.len(), 3, "calls ran on 3 workers: {pids:?}");
+    assert_eq!(rt.worker_pids().len(), 3);
+    // Idle for longer than the idle timeout: back to the minimum.
+    let n = wait_workers(&rt, 1, Duration::from_secs(15)).await;
+    assert_eq!(n, 1, "idle workers above the minimum exit");
+    let r = client().get(rt.url("/")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+}
+
+#[tokio::test]
+async fn cpu_limit_sizes_the_pool() {
+    let cgroup = tempfile::tempdir().unwrap();
+    std::fs::write(cgroup.path().join("cpu.max"), "250000 100000\n").unwrap();
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            workers: 0,
+            env: vec![("KUBELESS_CGROUP_ROOT", cgroup.path().display().to_string())],
+            ..Opts::default()
+        },
+    )
+    .await;
+    // 2.5 CPUs -> 3 workers, all started up front.
+    assert_eq!(wait_workers(&rt, 3, Duration::from_secs(10)).await, 3);
+    assert!(
+        rt.stderr().contains("cpu_limit=Some(2.5)"),
+        "{}",
+        rt.stderr()
+    );
+}
+
+#[tokio::test]
+async fn access_log_is_kubeless_combined_by_default_and_timed_on_request() {
+    let rt = Runtime::start(Lang::Python, Opts::default()).await;
+    let r = client()
+        .get(rt.url("/a/b?c=d"))
+        .header("user-agent", "fixture-agent/1.0")
+        .header("referer", "http://example.test/")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = rt.stdout();
+    let line = log.lines().find(|l| l.contains("/a/b?c=d")).expect(&log);
+    // 127.0.0.1 - - [24/Nov/2026:18:29:13 +0000] "GET /a/b?c=d HTTP/1.1" 200 11 "http://example.test/" "fixture-agent/1.0"
+    let (ip, rest) = line.split_once(" - - [").unwrap();
+    assert_eq!(ip, "127.0.0.1");
+    let (date, rest) = rest.split_once("] ").unwrap();
+    assert!(
+        chrono::DateTime::parse_from_str(date, "%d/%b/%Y:%H:%M:%S %z").is_ok(),
+        "{date}"
+    );
+    assert_eq!(
+        rest,
+        "\"GET /a/b?c=d HTTP/1.1\" 200 11 \"http://example.test/\" \"fixture-agent/1.0\""
+    );
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            env: vec![("KUBELESS_ACCESS_LOG_FORMAT", "timed".into())],
+            ..Opts::default()
+        },
+    )
+    .await;
+    client().get(rt.url("/t")).send().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = rt.stdout();
+    let line = log.lines().find(|l| l.contains("\"GET /t ")).expect(&log);
+    let (time, rest) = line.split_once(' ').unwrap();
+    assert!(chrono::DateTime::parse_from_rfc3339(time).is_ok(), "{line}");
+    assert!(
+        rest.starts_with("127.0.0.1 \"GET /t HTTP/1.1\" 200 11 ") && rest.ends_with("ms"),
+        "{line}"
+    );
+}
+
+/// An in-process OTLP/HTTP receiver: collects the ExportTraceServiceRequest bodies posted to it.
+async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let sink = sink.clone();
+                        async move {
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            if path == "/v1/traces" {
+                                sink.lock().unwrap().push(body);
+                            }
+                            let mut r =
+                                http::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
+                            r.headers_mut()
+                                .insert("content-type", "application/x-protobuf".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (url, got)
+}
+
+async fn server_span_is_child_of_the_callers_traceparent(lang: Lang) {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use prost::Message;
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const PARENT: &str = "00f067aa0ba902b7";
+    let (endpoint, got) = otlp_receiver().await;
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "trace",
+            workers: 1,
+            env: vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+                ("OTEL_SERVICE_NAME", "fixture-fn".into()),
+                ("OTEL_BSP_SCHEDULE_DELAY", "100".into()),
+            ],
+            ..Opts::default()
+        },
+    )
+    .await;
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("traceparent", format!("00-{TRACE}-{PARENT}-01"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    // The function sees the proxy's span as its parent: same trace, a new span id.
+    let tp = v["header"].as_str().expect("traceparent header").to_owned();
+    let parts: Vec<&str> = tp.split('-').collect();
+    assert_eq!(parts.len(), 4, "{tp}");
+    assert_eq!(parts[1], TRACE, "{tp}");
+    assert_ne!(parts[2], PARENT, "{tp}");
+    assert_eq!(
+        v["context"], v["header"],
+        "context carries the same trace context"
+    );
+    let span_id = parts[2].to_owned();
+    // The exported server span: child of the caller's span, parent of the function's context.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let span = loop {
+        let bodies: Vec<bytes::Bytes> = got.lock().unwrap().clone();
+        let found = bodies.iter().find_map(|b| {
+            let req = ExportTraceServiceRequest::decode(b.clone()).unwrap();
+            req.resource_spans.into_iter().find_map(|rs| {
+                let service = rs.resource.as_ref().and_then(|r| {
+                    r.attributes
+                        .iter()
+                        .find(|a| a.key == "service.name")
+                        .map(|a| format!("{:?}", a.value))
+                });
+                rs.scope_spans
+                    .into_iter()
+                    .flat_map(|s| s.spans)
+                    .find(|s| hex::encode(&s.trace_id) == TRACE)
+                    .map(|s| (s, service))
+            })
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "no span exported within 30 s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let (span, service) = span;
+    assert_eq!(hex::encode(&span.parent_span_id), PARENT);
+    assert_eq!(hex::encode(&span.span_id), span_id);
+    assert_eq!(span.kind, 2, "SPAN_KIND_SERVER");
+    assert_eq!(span.name, "GET /");
+    assert!(service.unwrap_or_default().contains("fixture-fn"));
+}
+
+#[tokio::test]
+async fn without_an_otlp_endpoint_the_callers_traceparent_passes_through() {
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "trace",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("traceparent", tp)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["header"], tp);
+    assert_eq!(v["context"], tp);
 }

@@ -125,7 +125,7 @@ impl Catalogue {
         Ok(Self { runtimes })
     }
 
-    /// The built-in catalogue: Python 3.11/3.12 and Node.js 20/22 on our runtime images.
+    /// The built-in catalogue: Python 3.11/3.12, Node.js 20/22, Ruby 3.1 and PHP 8.2 on our runtime images.
     pub fn builtin() -> Self {
         fn versions(image: &str, versions: &[&str], id: &str) -> Vec<RuntimeVersion> {
             versions
@@ -168,6 +168,20 @@ impl Catalogue {
                     versions: versions("kubeless-rs/runtime-nodejs", &["20", "22"], "nodejs"),
                     dep_name: "package.json".into(),
                     file_name_suffix: ".js".into(),
+                    liveness_probe_info: None,
+                },
+                RuntimeInfo {
+                    id: "ruby".into(),
+                    versions: versions("kubeless-rs/runtime-ruby", &["3.1"], "ruby"),
+                    dep_name: "Gemfile".into(),
+                    file_name_suffix: ".rb".into(),
+                    liveness_probe_info: None,
+                },
+                RuntimeInfo {
+                    id: "php".into(),
+                    versions: versions("kubeless-rs/runtime-php", &["8.2"], "php"),
+                    dep_name: "composer.json".into(),
+                    file_name_suffix: ".php".into(),
                     liveness_probe_info: None,
                 },
             ],
@@ -223,7 +237,40 @@ mod tests {
         assert_eq!(node.info.file_name_suffix, ".js");
         assert!(c.resolve("python", "2.7").is_none());
         assert!(c.resolve("ruby", "3.3").is_none());
-        assert_eq!(c.known().len(), 4);
+        let ruby = c.resolve("ruby", "3.1").unwrap();
+        assert_eq!(
+            ruby.phase(PHASE_INSTALLATION).unwrap().image,
+            "kubeless-rs/runtime-ruby:3.1"
+        );
+        assert_eq!(
+            (
+                ruby.info.dep_name.as_str(),
+                ruby.info.file_name_suffix.as_str()
+            ),
+            ("Gemfile", ".rb")
+        );
+        let php = c.resolve("php", "8.2").unwrap();
+        assert_eq!(
+            php.phase(PHASE_RUNTIME).unwrap().image,
+            "kubeless-rs/runtime-php:8.2"
+        );
+        assert_eq!(
+            (
+                php.info.dep_name.as_str(),
+                php.info.file_name_suffix.as_str()
+            ),
+            ("composer.json", ".php")
+        );
+        for id in [
+            "python3.11",
+            "python3.12",
+            "nodejs20",
+            "nodejs22",
+            "ruby3.1",
+            "php8.2",
+        ] {
+            assert!(c.known().iter().any(|k| k == id), "{id}");
+        }
     }
 
     #[test]

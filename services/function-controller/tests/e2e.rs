@@ -1,5 +1,5 @@
 //! End-to-end tests: devcluster with the pod runner ON runs the functions' pods as local
-//! processes (the real `kubeless-runtime` binary and the Python/Node workers), the controller
+//! processes (the real `kubeless-runtime` binary and the Python/Node/Ruby/PHP workers), the controller
 //! runs in-process, calls go through the API server's service proxy. Dependency installs reach
 //! PyPI and npm, so Ready waits are generous (90 s).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -246,5 +246,40 @@ async fn restart_without_duplicates_or_churn() {
     assert_eq!(f.ready_replicas, Some(1));
     env.wait_answer("st", "steady", Duration::from_secs(10))
         .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ruby_and_php_deploy_and_call() {
+    let mut env = Env::start(true).await;
+    env.start_controller().await;
+    env.create(function(
+        "rbhi",
+        "ruby3.1",
+        "hello.handler",
+        "text",
+        "def handler(event, context)\n  \"hello from #{context['runtime']}\"\nend\n",
+    ))
+    .await;
+    let zip = zip_of(&[(
+        "hello.php",
+        "<?php\nfunction handler($event, $context) {\n    return 'hello from ' . $context['runtime'];\n}\n",
+    )]);
+    env.create(function(
+        "phphi",
+        "php8.2",
+        "hello.handler",
+        "base64+zip",
+        &B64.encode(zip),
+    ))
+    .await;
+    env.wait_ready("rbhi").await;
+    env.wait_answer("rbhi", "hello from ruby3.1", Duration::from_secs(20))
+        .await;
+    env.wait_ready("phphi").await;
+    env.wait_answer("phphi", "hello from php8.2", Duration::from_secs(20))
+        .await;
+    assert_all_gone(&env, "rbhi").await;
+    assert_all_gone(&env, "phphi").await;
     env.shutdown().await;
 }

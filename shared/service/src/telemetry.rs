@@ -112,7 +112,13 @@ pub fn init(config: &TelemetryConfig) -> Result<TelemetryGuard, TelemetryError> 
     Ok(TelemetryGuard { provider })
 }
 
-fn otlp_provider(service_name: &str, endpoint: &str) -> Result<SdkTracerProvider, TelemetryError> {
+/// A tracer provider exporting over OTLP/HTTP to `endpoint` (a base URL), batching on tokio.
+/// For binaries that build their own subscriber (the function runtime logs to stderr).
+/// Call inside a tokio runtime.
+pub fn otlp_provider(
+    service_name: &str,
+    endpoint: &str,
+) -> Result<SdkTracerProvider, TelemetryError> {
     crate::install_crypto_provider();
     let client = reqwest::Client::builder()
         .timeout(std::time::Duration::from_secs(10))

@@ -11,6 +11,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_kubeless-runtime");
 pub enum Lang {
     Python,
     Nodejs,
+    Ruby,
+    Php,
 }
 
 impl Lang {
@@ -18,12 +20,16 @@ impl Lang {
         match self {
             Lang::Python => "python3.11",
             Lang::Nodejs => "nodejs20",
+            Lang::Ruby => "ruby3.1",
+            Lang::Php => "php8.2",
         }
     }
     pub fn fixtures(self) -> PathBuf {
         let dir = match self {
             Lang::Python => "python",
             Lang::Nodejs => "nodejs",
+            Lang::Ruby => "ruby",
+            Lang::Php => "php",
         };
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
@@ -33,6 +39,15 @@ impl Lang {
         match self {
             Lang::Python => "funcs.py",
             Lang::Nodejs => "funcs.js",
+            Lang::Ruby => "funcs.rb",
+            Lang::Php => "funcs.php",
+        }
+    }
+    /// The fixture's name for a contract function (`echo` is a PHP keyword).
+    pub fn handler(self, name: &str) -> &str {
+        match (self, name) {
+            (Lang::Php, "echo") => "echo_body",
+            _ => name,
         }
     }
 }
@@ -87,7 +102,7 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
         .env("HOME", std::env::var_os("HOME").unwrap_or_default())
         .env("FUNC_PORT", port.to_string())
         .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
-        .env("FUNC_HANDLER", opts.handler)
+        .env("FUNC_HANDLER", lang.handler(opts.handler))
         .env("MOD_NAME", "funcs")
         .env("FUNC_TIMEOUT", opts.timeout)
         .env("FUNC_RUNTIME", lang.runtime())
@@ -96,7 +111,6 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
             "KUBELESS_INSTALL_VOLUME",
             opts.volume.clone().unwrap_or_else(|| lang.fixtures()),
         )
-        .env("KUBELESS_WORKERS", opts.workers.to_string())
         .env(
             "KUBELESS_PYTHON_WORKER",
             runtimes_dir().join("python/kubeless_worker.py"),
@@ -104,7 +118,19 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
         .env(
             "KUBELESS_NODEJS_WORKER",
             runtimes_dir().join("nodejs/kubeless_worker.js"),
+        )
+        .env(
+            "KUBELESS_RUBY_WORKER",
+            runtimes_dir().join("ruby/kubeless_worker.rb"),
+        )
+        .env(
+            "KUBELESS_PHP_WORKER",
+            runtimes_dir().join("php/kubeless_worker.php"),
         );
+    // 0: leave the pool size to the runtime's own sizing rule.
+    if opts.workers > 0 {
+        cmd.env("KUBELESS_WORKERS", opts.workers.to_string());
+    }
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
@@ -150,6 +176,29 @@ impl Runtime {
     }
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(self.logs.path().join("stdout")).unwrap_or_default()
+    }
+    /// PIDs of the runtime's direct children (its workers).
+    pub fn worker_pids(&self) -> Vec<u32> {
+        let me = self.child.id();
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // `pid (comm) state ppid ...`; comm may hold spaces, so split after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            let mut f = rest.split_whitespace();
+            let state = f.next().unwrap_or("");
+            if f.next().and_then(|p| p.parse::<u32>().ok()) == Some(me) && state != "Z" {
+                out.push(pid);
+            }
+        }
+        out
     }
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
