@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kubeless_runtime::cli::{Cli, Command, ServeArgs};
-use kubeless_runtime::{error_chain, install, noop, prepare, server};
+use kubeless_runtime::{compile, error_chain, install, noop, prepare, server};
 
 #[derive(Parser)]
 struct ServeOnly {
@@ -30,6 +30,9 @@ fn main() -> ExitCode {
         Some(Command::Prepare(args)) => prepare::prepare(&args).map_err(Into::into),
         Some(Command::Install(args)) => install::install(&args)
             .map(|done| eprintln!("kubeless-runtime install: {done:?}"))
+            .map_err(Into::into),
+        Some(Command::Compile(args)) => compile::compile(&args)
+            .map(|done| eprintln!("kubeless-runtime compile: {done:?}"))
             .map_err(Into::into),
         Some(Command::NoopWorker) => noop::run().map_err(Into::into),
     };

@@ -11,6 +11,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_kubeless-runtime");
 pub enum Lang {
     Python,
     Nodejs,
+    Go,
+    Java,
 }
 
 impl Lang {
@@ -18,12 +20,43 @@ impl Lang {
         match self {
             Lang::Python => "python3.11",
             Lang::Nodejs => "nodejs20",
+            Lang::Go => "go1.19",
+            Lang::Java => "java17",
+        }
+    }
+    /// MOD_NAME of the fixture: the file name without suffix, or Java's class name.
+    pub fn module(self) -> &'static str {
+        match self {
+            Lang::Java => "Funcs",
+            _ => "funcs",
+        }
+    }
+    /// The fixture's name for a contract case: Go functions must be exported.
+    pub fn handler(self, case: &str) -> String {
+        match self {
+            Lang::Go => {
+                let mut c = case.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            }
+            _ => case.to_owned(),
+        }
+    }
+    /// The install volume to serve `handler` from: the fixture folder, or for compiled
+    /// runtimes a copy of it that `compile` has built (cached per handler for this test run).
+    pub fn volume(self, handler: &str) -> PathBuf {
+        match self {
+            Lang::Python | Lang::Nodejs => self.fixtures(),
+            Lang::Go | Lang::Java => compiled_fixture(self, handler),
         }
     }
     pub fn fixtures(self) -> PathBuf {
         let dir = match self {
             Lang::Python => "python",
             Lang::Nodejs => "nodejs",
+            Lang::Go => "go",
+            Lang::Java => "java",
         };
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
@@ -33,8 +66,76 @@ impl Lang {
         match self {
             Lang::Python => "funcs.py",
             Lang::Nodejs => "funcs.js",
+            Lang::Go => "funcs.go",
+            Lang::Java => "Funcs.java",
         }
     }
+}
+
+/// Shared tool caches for compile steps in tests, kept across runs so builds stay fast.
+pub fn compile_env(cmd: &mut Command) {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    cmd.env("GOCACHE", tmp.join("kubeless-gocache"))
+        .env(
+            "KUBELESS_GO_RUNTIME_DIR",
+            runtimes_dir().join("go/kubeless"),
+        )
+        .env("KUBELESS_JAVA_RUNTIME_DIR", runtimes_dir().join("java/src"));
+}
+
+/// `kubeless-runtime compile` for `lang` in `vol`.
+pub fn compile(lang: Lang, vol: &Path, handler: &str) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("compile")
+        .env("FUNC_RUNTIME", lang.runtime())
+        .env("KUBELESS_INSTALL_VOLUME", vol)
+        .env("MOD_NAME", lang.module())
+        .env("FUNC_HANDLER", handler);
+    compile_env(&mut cmd);
+    cmd.output().unwrap()
+}
+
+/// Copy the fixture folder of `lang` into a fresh folder.
+pub fn fixture_copy(lang: Lang, dest: &Path) {
+    std::fs::create_dir_all(dest).unwrap();
+    for entry in std::fs::read_dir(lang.fixtures()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dest.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+fn compiled_fixture(lang: Lang, handler: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    // Java picks the method at run time, so one build serves every handler.
+    let key = match lang {
+        Lang::Java => "java".to_owned(),
+        _ => format!("{lang:?}-{handler}"),
+    };
+    let mut built = BUILT
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("compiled-fixtures-{}", std::process::id()))
+        .join(&key);
+    let _ = std::fs::remove_dir_all(&dir);
+    fixture_copy(lang, &dir);
+    let out = compile(lang, &dir, handler);
+    if !out.status.success() {
+        panic!(
+            "compile {lang:?} {handler} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    built.insert(key, dir.clone());
+    dir
 }
 
 pub fn runtimes_dir() -> PathBuf {
@@ -87,14 +188,16 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
         .env("HOME", std::env::var_os("HOME").unwrap_or_default())
         .env("FUNC_PORT", port.to_string())
         .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
-        .env("FUNC_HANDLER", opts.handler)
-        .env("MOD_NAME", "funcs")
+        .env("FUNC_HANDLER", lang.handler(opts.handler))
+        .env("MOD_NAME", lang.module())
         .env("FUNC_TIMEOUT", opts.timeout)
         .env("FUNC_RUNTIME", lang.runtime())
         .env("FUNC_MEMORY_LIMIT", "128Mi")
         .env(
             "KUBELESS_INSTALL_VOLUME",
-            opts.volume.clone().unwrap_or_else(|| lang.fixtures()),
+            opts.volume
+                .clone()
+                .unwrap_or_else(|| lang.volume(&lang.handler(opts.handler))),
         )
         .env("KUBELESS_WORKERS", opts.workers.to_string())
         .env(
