@@ -217,6 +217,11 @@ fn vendor_go_runtime(vol: &Path, runtime_dir: &Path) -> Result<(), CompileError>
             }
         }
     }
+    // A replacement of every version is listed on its own as well.
+    kept.push_str(&format!(
+        "# {GO_KUBELESS_MODULE} => {}\n",
+        runtime_dir.display()
+    ));
     write(&modules_txt, kept.as_bytes())
 }
 
