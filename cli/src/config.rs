@@ -16,7 +16,14 @@ use crate::{
 };
 
 /// Runtimes assumed when the cluster has no kubeless-config ConfigMap.
-pub const DEFAULT_RUNTIMES: &[&str] = &["python3.11", "python3.12", "nodejs20", "nodejs22"];
+pub const DEFAULT_RUNTIMES: &[&str] = &[
+    "python3.11",
+    "python3.12",
+    "nodejs20",
+    "nodejs22",
+    "go1.19",
+    "java17",
+];
 
 /// Where the controller configuration lives.
 #[derive(Debug, Clone, PartialEq, Eq)]

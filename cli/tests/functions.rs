@@ -408,7 +408,9 @@ async fn sources_archives_urls_schedule_and_validation() {
     assert!(text.contains("Supported Runtimes are: cobol85"), "{text}");
     let default_cfg = c.ok(&["get-server-config"]).await;
     assert!(
-        default_cfg.contains("Supported Runtimes are: python3.11, python3.12, nodejs20, nodejs22"),
+        default_cfg.contains(
+            "Supported Runtimes are: python3.11, python3.12, nodejs20, nodejs22, go1.19, java17"
+        ),
         "{default_cfg}"
     );
     c.shutdown().await;
