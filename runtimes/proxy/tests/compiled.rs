@@ -242,7 +242,13 @@ fn java_compile_error_has_the_compiler_message() {
         "package io.kubeless;\n\npublic class Broken {\n    public String run(Event e, Context c) {\n        return 42;\n    }\n}\n",
     )
     .unwrap();
-    let out = compile(Lang::Java, vol.path(), "Broken", "run");
+    // The flag form, as docs/runtimes.md shows it.
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(["compile", "--runtime", "java17", "--dir"])
+        .arg(vol.path())
+        .args(["--module", "Broken", "--handler", "run"]);
+    common::compile_env(&mut cmd);
+    let out = cmd.output().unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("Broken.java:5"), "{stderr}");
