@@ -122,8 +122,11 @@ fn compiled_fixture(lang: Lang, handler: &str) -> PathBuf {
     if let Some(p) = built.get(&key) {
         return p.clone();
     }
+    // One folder per test binary, rebuilt on each run, so runs do not pile up builds.
+    let exe = std::env::current_exe().unwrap();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("compiled-fixtures-{}", std::process::id()))
+        .join("compiled-fixtures")
+        .join(exe.file_stem().unwrap())
         .join(&key);
     let _ = std::fs::remove_dir_all(&dir);
     fixture_copy(lang, &dir);
