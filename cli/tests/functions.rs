@@ -409,7 +409,7 @@ async fn sources_archives_urls_schedule_and_validation() {
     let default_cfg = c.ok(&["get-server-config"]).await;
     assert!(
         default_cfg.contains(
-            "Supported Runtimes are: python3.11, python3.12, nodejs20, nodejs22, ruby3.1, php8.2"
+            "Supported Runtimes are: python3.11, python3.12, nodejs20, nodejs22, ruby3.1, php8.2, go1.19, java17"
         ),
         "{default_cfg}"
     );

@@ -3,7 +3,8 @@
 //! `cargo bench -p kubeless-runtime --bench throughput` prints req/s, p50 and
 //! p99 at 1, 16 and 64 keep-alive connections for: a bare hyper server
 //! (the baseline, measured in the same run), `serve` with the built-in no-op
-//! worker, and Python, Node.js, Ruby and PHP hello functions. Every server is its own
+//! worker, and Python, Node.js, Ruby, PHP, Go and Java hello functions (Go and Java are
+//! built first by the `compile` step, as their init container would). Every server is its own
 //! process on a loopback port; the load generator is one thread.
 //! KUBELESS_BENCH_SECONDS sets the time per point (default 3).
 //!
@@ -45,7 +46,23 @@ fn main() {
         .unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
 
-    let targets: Vec<(&str, Launcher)> = vec![
+    let build = tempfile::tempdir().unwrap();
+    let go_vol = compiled(
+        &fixtures.join("go"),
+        &build.path().join("go"),
+        "go1.19",
+        "funcs",
+        "Hello",
+    );
+    let java_vol = compiled(
+        &fixtures.join("java"),
+        &build.path().join("java"),
+        "java17",
+        "Funcs",
+        "hello",
+    );
+
+    let mut targets: Vec<(&str, Launcher)> = vec![
         (
             "baseline (bare hyper)",
             Box::new(|port| {
@@ -75,6 +92,26 @@ fn main() {
             Box::new(|port| serve(port, "auto", "php8.2", &fixtures.join("php"))),
         ),
     ];
+    if let Some(vol) = &go_vol {
+        targets.push((
+            "go hello",
+            Box::new(move |port| {
+                let mut c = serve(port, "auto", "go1.19", vol);
+                c.env("FUNC_HANDLER", "Hello");
+                c
+            }),
+        ));
+    }
+    if let Some(vol) = &java_vol {
+        targets.push((
+            "java hello",
+            Box::new(move |port| {
+                let mut c = serve(port, "auto", "java17", vol);
+                c.env("MOD_NAME", "Funcs");
+                c
+            }),
+        ));
+    }
     let mut memory: Vec<(&str, Memory, Memory)> = Vec::new();
     let mut results: Vec<(&str, Vec<Point>)> = Vec::new();
     for (name, make) in &targets {
@@ -84,8 +121,14 @@ fn main() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        let spawned = Instant::now();
         let (points, idle, busy) = rt.block_on(async {
             wait_ready(port).await;
+            // Process start to first answer: for Java this is the JVM start-up of every worker.
+            println!(
+                "{name:<24} ready {:.0} ms after start",
+                spawned.elapsed().as_secs_f64() * 1000.0
+            );
             // Let start-up garbage settle before measuring the idle pod.
             tokio::time::sleep(Duration::from_secs(1)).await;
             let idle = Memory::of_tree(child.id());
@@ -131,6 +174,49 @@ fn main() {
             .collect();
         println!("{name:<24} {}", cells.join(" | "));
     }
+}
+
+/// Copies a fixture folder and runs `compile` in it; None (with a note) if the toolchain is missing.
+fn compiled(
+    from: &Path,
+    vol: &Path,
+    runtime: &str,
+    module: &str,
+    handler: &str,
+) -> Option<std::path::PathBuf> {
+    std::fs::create_dir_all(vol).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), vol.join(entry.file_name())).unwrap();
+    }
+    let runtimes = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .arg("compile")
+        .env("FUNC_RUNTIME", runtime)
+        .env("KUBELESS_INSTALL_VOLUME", vol)
+        .env("MOD_NAME", module)
+        .env("FUNC_HANDLER", handler)
+        .env(
+            "GOCACHE",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("kubeless-gocache"),
+        )
+        .env("KUBELESS_GO_RUNTIME_DIR", runtimes.join("go/kubeless"))
+        .env("KUBELESS_JAVA_RUNTIME_DIR", runtimes.join("java/src"))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        println!(
+            "{runtime}: skipped, compile failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return None;
+    }
+    println!(
+        "{runtime}: compile step took {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    Some(vol.to_path_buf())
 }
 
 fn serve(port: u16, worker: &str, runtime: &str, dir: &Path) -> Command {

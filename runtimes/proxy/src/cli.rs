@@ -23,6 +23,8 @@ pub enum Command {
     Prepare(PrepareArgs),
     /// Init step 2: install the function's dependencies into the install volume.
     Install(InstallArgs),
+    /// Init step 3 of compiled runtimes (Go, Java): build the function with its worker.
+    Compile(CompileArgs),
     /// Built-in worker that answers every call with "hello world" (for benchmarks).
     #[command(hide = true)]
     NoopWorker,
@@ -37,6 +39,10 @@ pub enum WorkerKind {
     Nodejs,
     Ruby,
     Php,
+    /// The compiled Go worker that `compile` wrote into the install volume.
+    Go,
+    /// The Java worker, from the classes `compile` wrote into the install volume.
+    Java,
     /// The built-in no-op worker (this binary), for measuring the proxy itself.
     Noop,
 }
@@ -128,6 +134,16 @@ pub struct ServeArgs {
         default_value = "/opt/kubeless/php/kubeless_worker.php"
     )]
     pub php_worker: PathBuf,
+    /// Java executable for the Java worker.
+    #[arg(long, env = "KUBELESS_JAVA", default_value = "java")]
+    pub java: PathBuf,
+    /// Extra JVM options for the Java worker (split on whitespace).
+    #[arg(
+        long,
+        env = "KUBELESS_JAVA_OPTS",
+        default_value = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto -Xss512k"
+    )]
+    pub java_opts: String,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "KUBELESS_MAX_BODY_BYTES", default_value_t = 100 * 1024 * 1024)]
     pub max_body_bytes: usize,
@@ -210,4 +226,54 @@ pub struct InstallArgs {
     /// Composer executable (PHP).
     #[arg(long, env = "KUBELESS_COMPOSER", default_value = "composer")]
     pub composer: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompileArgs {
+    /// Runtime id and version, e.g. `go1.19` or `java17`.
+    #[arg(long, env = "FUNC_RUNTIME")]
+    pub runtime: String,
+    /// Install volume holding the prepared function; the build output goes there too.
+    #[arg(long, env = "KUBELESS_INSTALL_VOLUME")]
+    pub dir: PathBuf,
+    /// Module: the source file name without suffix (Go) or the class name (Java).
+    #[arg(long = "module", env = "MOD_NAME")]
+    pub module: String,
+    /// Function (Go) or method (Java) name.
+    #[arg(long, env = "FUNC_HANDLER")]
+    pub handler: String,
+    /// Go tool.
+    #[arg(long, env = "KUBELESS_GO", default_value = "go")]
+    pub go: PathBuf,
+    /// Folder of our Go module `github.com/kubeless/kubeless` (functions package and worker).
+    #[arg(
+        long,
+        env = "KUBELESS_GO_RUNTIME_DIR",
+        default_value = "/opt/kubeless/go/kubeless"
+    )]
+    pub go_runtime_dir: PathBuf,
+    /// Java compiler.
+    #[arg(long, env = "KUBELESS_JAVAC", default_value = "javac")]
+    pub javac: PathBuf,
+    /// Folder of the Java worker sources (`io/kubeless/...`).
+    #[arg(
+        long,
+        env = "KUBELESS_JAVA_RUNTIME_DIR",
+        default_value = "/opt/kubeless/java/src"
+    )]
+    pub java_runtime_dir: PathBuf,
+    /// Maven executable, for pom.xml dependencies.
+    #[arg(long, env = "KUBELESS_MVN", default_value = "mvn")]
+    pub mvn: PathBuf,
+    /// Local Maven repository pom.xml dependencies are resolved from (offline unless
+    /// KUBELESS_MAVEN_ONLINE is true).
+    #[arg(
+        long,
+        env = "KUBELESS_MAVEN_REPO",
+        default_value = "/usr/share/maven-repo"
+    )]
+    pub maven_repo: PathBuf,
+    /// Let Maven download missing dependencies from the repositories pom.xml names (needs network).
+    #[arg(long, env = "KUBELESS_MAVEN_ONLINE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub maven_online: bool,
 }

@@ -5,6 +5,8 @@
 //! See docs/runtimes.md for the contract and the worker protocol.
 
 pub mod cli;
+pub mod compile;
+pub mod compile_java;
 pub mod install;
 pub mod metrics;
 pub mod noop;

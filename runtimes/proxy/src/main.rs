@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kubeless_runtime::cli::{Cli, Command, ServeArgs};
-use kubeless_runtime::{error_chain, install, noop, prepare, server};
+use kubeless_runtime::{compile, error_chain, install, noop, prepare, server};
 use opentelemetry::trace::TracerProvider as _;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -50,6 +50,12 @@ fn main() -> ExitCode {
             init_logs(None);
             install::install(&args)
                 .map(|done| eprintln!("kubeless-runtime install: {done:?}"))
+                .map_err(Into::into)
+        }
+        Some(Command::Compile(args)) => {
+            init_logs(None);
+            compile::compile(&args)
+                .map(|done| eprintln!("kubeless-runtime compile: {done:?}"))
                 .map_err(Into::into)
         }
         Some(Command::NoopWorker) => noop::run().map_err(Into::into),

@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use tracing::Instrument;
 
 use crate::cli::{AccessLogFormat, ServeArgs, WorkerKind};
+use crate::compile;
 use crate::metrics::{self, Metrics};
 use crate::pool::{CallOutcome, Pool, PoolStartError, WorkerSpec};
 use crate::protocol::{self, RequestHead};
@@ -85,6 +86,8 @@ fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeEr
         }
         WorkerKind::Auto if args.runtime.starts_with("ruby") => WorkerKind::Ruby,
         WorkerKind::Auto if args.runtime.starts_with("php") => WorkerKind::Php,
+        WorkerKind::Auto if args.runtime.starts_with("go") => WorkerKind::Go,
+        WorkerKind::Auto if args.runtime.starts_with("java") => WorkerKind::Java,
         WorkerKind::Auto => return Err(ServeError::UnknownRuntime(args.runtime.clone())),
         k => k,
     };
@@ -105,11 +108,33 @@ fn worker_command(args: &ServeArgs) -> Result<(OsString, Vec<OsString>), ServeEr
             args.php.clone().into_os_string(),
             vec![args.php_worker.clone().into_os_string()],
         ),
+        WorkerKind::Go => (
+            install_volume(args)
+                .join(compile::GO_BINARY)
+                .into_os_string(),
+            vec![],
+        ),
+        WorkerKind::Java => {
+            let vol = install_volume(args);
+            let mut wargs: Vec<OsString> =
+                args.java_opts.split_whitespace().map(Into::into).collect();
+            let mut cp = vol.join(compile::JAVA_CLASSES).into_os_string();
+            cp.push(":");
+            cp.push(vol.join(compile::JAVA_LIB).join("*"));
+            wargs.extend(["-cp".into(), cp, compile::JAVA_WORKER_CLASS.into()]);
+            (args.java.clone().into_os_string(), wargs)
+        }
         WorkerKind::Noop | WorkerKind::Auto => {
             let exe = std::env::current_exe().map_err(ServeError::SocketDir)?;
             (exe.into_os_string(), vec!["noop-worker".into()])
         }
     })
+}
+
+/// The install volume as an absolute path (compiled workers live in it).
+fn install_volume(args: &ServeArgs) -> PathBuf {
+    let vol = args.install_volume.clone().unwrap_or_default();
+    std::path::absolute(&vol).unwrap_or(vol)
 }
 
 impl Server {

@@ -1,4 +1,5 @@
-//! The runtime contract, checked against the real binary for Python, Node.js, Ruby and PHP.
+//! The runtime contract, checked against the real binary for Python, Node.js, Ruby, PHP, Go and
+//! Java.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -69,7 +70,7 @@ async fn event_and_context(lang: Lang) {
     assert_eq!(v["event-type"], "application/json");
     assert_eq!(v["event-time"], "2026-01-01T00:00:00Z");
     assert_eq!(v["event-namespace"], "kafkatriggers.kubeless.io");
-    assert_eq!(v["context"]["function-name"], "describe");
+    assert_eq!(v["context"]["function-name"], lang.handler("describe"));
     assert_eq!(v["context"]["timeout"], "42");
     assert_eq!(v["context"]["runtime"], lang.runtime());
     assert_eq!(v["context"]["memory-limit"], "128Mi");
@@ -395,6 +396,28 @@ async fn async_handler(lang: Lang) {
 }
 
 async fn load_failure_exits_nonzero(lang: Lang) {
+    if lang == Lang::Go {
+        // Go resolves the handler when it compiles: the compile step fails and names it,
+        // and the runtime then refuses to start without a worker binary.
+        let vol = tempfile::tempdir().unwrap();
+        common::fixture_copy(lang, vol.path());
+        let out = common::compile(lang, vol.path(), "No_such_function");
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains("No_such_function"), "{stderr}");
+        let opts = Opts {
+            handler: "No_such_function",
+            volume: Some(vol.path().to_path_buf()),
+            ..Opts::default()
+        };
+        let out = common::serve_command(lang, &opts, common::free_port())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(".kubeless-go/function"), "{stderr}");
+        return;
+    }
     let opts = Opts {
         handler: "no_such_function",
         ..Opts::default()
@@ -420,6 +443,12 @@ macro_rules! every_language {
         }
         mod php {
             $(#[tokio::test] async fn $case() { super::$case(super::Lang::Php).await })*
+        }
+        mod go {
+            $(#[tokio::test] async fn $case() { super::$case(super::Lang::Go).await })*
+        }
+        mod java {
+            $(#[tokio::test] async fn $case() { super::$case(super::Lang::Java).await })*
         }
     };
 }

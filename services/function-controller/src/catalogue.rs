@@ -125,7 +125,8 @@ impl Catalogue {
         Ok(Self { runtimes })
     }
 
-    /// The built-in catalogue: Python 3.11/3.12, Node.js 20/22, Ruby 3.1 and PHP 8.2 on our runtime images.
+    /// The built-in catalogue: Python 3.11/3.12, Node.js 20/22, Ruby 3.1, PHP 8.2, Go 1.19 and
+    /// Java 17 on our runtime images.
     pub fn builtin() -> Self {
         fn versions(image: &str, versions: &[&str], id: &str) -> Vec<RuntimeVersion> {
             versions
@@ -153,6 +154,23 @@ impl Catalogue {
                     }
                 })
                 .collect()
+        }
+        // Compiled runtimes: `prepare`, then `compile` (which also resolves go.mod / pom.xml
+        // dependencies) in the runtime image; no separate install step.
+        fn compiled(image: &str, version: &str, id: &str) -> Vec<RuntimeVersion> {
+            let image = format!("{image}:{version}");
+            let phase = |phase: &str| PhaseImage {
+                phase: phase.into(),
+                image: image.clone(),
+                command: None,
+                env: BTreeMap::new(),
+            };
+            vec![RuntimeVersion {
+                name: format!("{id}{}", version.replace('.', "")),
+                version: version.to_string(),
+                images: vec![phase(PHASE_COMPILATION), phase(PHASE_RUNTIME)],
+                image_pull_secrets: Vec::new(),
+            }]
         }
         Self {
             runtimes: vec![
@@ -182,6 +200,20 @@ impl Catalogue {
                     versions: versions("kubeless-rs/runtime-php", &["8.2"], "php"),
                     dep_name: "composer.json".into(),
                     file_name_suffix: ".php".into(),
+                    liveness_probe_info: None,
+                },
+                RuntimeInfo {
+                    id: "go".into(),
+                    versions: compiled("kubeless-rs/runtime-go", "1.19", "go"),
+                    dep_name: "go.mod".into(),
+                    file_name_suffix: ".go".into(),
+                    liveness_probe_info: None,
+                },
+                RuntimeInfo {
+                    id: "java".into(),
+                    versions: compiled("kubeless-rs/runtime-java", "17", "java"),
+                    dep_name: "pom.xml".into(),
+                    file_name_suffix: ".java".into(),
                     liveness_probe_info: None,
                 },
             ],
@@ -271,6 +303,20 @@ mod tests {
         ] {
             assert!(c.known().iter().any(|k| k == id), "{id}");
         }
+        let go = c.resolve("go", "1.19").unwrap();
+        assert_eq!(
+            go.phase(PHASE_COMPILATION).unwrap().image,
+            "kubeless-rs/runtime-go:1.19"
+        );
+        assert!(go.phase(PHASE_INSTALLATION).is_none());
+        assert_eq!(go.info.dep_name, "go.mod");
+        let java = c.resolve("java", "17").unwrap();
+        assert_eq!(
+            java.phase(PHASE_RUNTIME).unwrap().image,
+            "kubeless-rs/runtime-java:17"
+        );
+        assert_eq!(java.info.file_name_suffix, ".java");
+        assert_eq!(c.known().len(), 6);
     }
 
     #[test]

@@ -13,6 +13,8 @@ pub enum Lang {
     Nodejs,
     Ruby,
     Php,
+    Go,
+    Java,
 }
 
 impl Lang {
@@ -22,6 +24,37 @@ impl Lang {
             Lang::Nodejs => "nodejs20",
             Lang::Ruby => "ruby3.1",
             Lang::Php => "php8.2",
+            Lang::Go => "go1.19",
+            Lang::Java => "java17",
+        }
+    }
+    /// MOD_NAME of the fixture: the file name without suffix, or Java's class name.
+    pub fn module(self) -> &'static str {
+        match self {
+            Lang::Java => "Funcs",
+            _ => "funcs",
+        }
+    }
+    /// The fixture's name for a contract case: Go functions must be exported, and `echo` is a
+    /// PHP keyword.
+    pub fn handler(self, case: &str) -> String {
+        match self {
+            Lang::Php if case == "echo" => "echo_body".to_owned(),
+            Lang::Go => {
+                let mut c = case.chars();
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
+            }
+            _ => case.to_owned(),
+        }
+    }
+    /// The install volume to serve `handler` from: the fixture folder, or for compiled
+    /// runtimes a copy of it that `compile` has built (cached per handler for this test run).
+    pub fn volume(self, handler: &str) -> PathBuf {
+        match self {
+            Lang::Python | Lang::Nodejs | Lang::Ruby | Lang::Php => self.fixtures(),
+            Lang::Go | Lang::Java => compiled_fixture(self, handler),
         }
     }
     pub fn fixtures(self) -> PathBuf {
@@ -30,6 +63,8 @@ impl Lang {
             Lang::Nodejs => "nodejs",
             Lang::Ruby => "ruby",
             Lang::Php => "php",
+            Lang::Go => "go",
+            Lang::Java => "java",
         };
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
@@ -41,15 +76,79 @@ impl Lang {
             Lang::Nodejs => "funcs.js",
             Lang::Ruby => "funcs.rb",
             Lang::Php => "funcs.php",
+            Lang::Go => "funcs.go",
+            Lang::Java => "Funcs.java",
         }
     }
-    /// The fixture's name for a contract function (`echo` is a PHP keyword).
-    pub fn handler(self, name: &str) -> &str {
-        match (self, name) {
-            (Lang::Php, "echo") => "echo_body",
-            _ => name,
+}
+
+/// Shared tool caches for compile steps in tests, kept across runs so builds stay fast.
+pub fn compile_env(cmd: &mut Command) {
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    cmd.env("GOCACHE", tmp.join("kubeless-gocache"))
+        .env(
+            "KUBELESS_GO_RUNTIME_DIR",
+            runtimes_dir().join("go/kubeless"),
+        )
+        .env("KUBELESS_JAVA_RUNTIME_DIR", runtimes_dir().join("java/src"));
+}
+
+/// `kubeless-runtime compile` for `lang` in `vol`.
+pub fn compile(lang: Lang, vol: &Path, handler: &str) -> std::process::Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("compile")
+        .env("FUNC_RUNTIME", lang.runtime())
+        .env("KUBELESS_INSTALL_VOLUME", vol)
+        .env("MOD_NAME", lang.module())
+        .env("FUNC_HANDLER", handler);
+    compile_env(&mut cmd);
+    cmd.output().unwrap()
+}
+
+/// Copy the fixture folder of `lang` into a fresh folder.
+pub fn fixture_copy(lang: Lang, dest: &Path) {
+    std::fs::create_dir_all(dest).unwrap();
+    for entry in std::fs::read_dir(lang.fixtures()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dest.join(entry.file_name())).unwrap();
         }
     }
+}
+
+fn compiled_fixture(lang: Lang, handler: &str) -> PathBuf {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static BUILT: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    // Java picks the method at run time, so one build serves every handler.
+    let key = match lang {
+        Lang::Java => "java".to_owned(),
+        _ => format!("{lang:?}-{handler}"),
+    };
+    let mut built = BUILT
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = built.get(&key) {
+        return p.clone();
+    }
+    // One folder per test binary, rebuilt on each run, so runs do not pile up builds.
+    let exe = std::env::current_exe().unwrap();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("compiled-fixtures")
+        .join(exe.file_stem().unwrap())
+        .join(&key);
+    let _ = std::fs::remove_dir_all(&dir);
+    fixture_copy(lang, &dir);
+    let out = compile(lang, &dir, handler);
+    if !out.status.success() {
+        panic!(
+            "compile {lang:?} {handler} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    built.insert(key, dir.clone());
+    dir
 }
 
 pub fn runtimes_dir() -> PathBuf {
@@ -103,13 +202,15 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
         .env("FUNC_PORT", port.to_string())
         .env("KUBELESS_LISTEN_ADDRESS", "127.0.0.1")
         .env("FUNC_HANDLER", lang.handler(opts.handler))
-        .env("MOD_NAME", "funcs")
+        .env("MOD_NAME", lang.module())
         .env("FUNC_TIMEOUT", opts.timeout)
         .env("FUNC_RUNTIME", lang.runtime())
         .env("FUNC_MEMORY_LIMIT", "128Mi")
         .env(
             "KUBELESS_INSTALL_VOLUME",
-            opts.volume.clone().unwrap_or_else(|| lang.fixtures()),
+            opts.volume
+                .clone()
+                .unwrap_or_else(|| lang.volume(&lang.handler(opts.handler))),
         )
         .env(
             "KUBELESS_PYTHON_WORKER",
