@@ -10,6 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     #[command(flatten)]
     pub kube: KubeArgs,
+    /// On failure, also print the full detail (the API server's whole answer).
+    #[arg(short = 'v', long, global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -152,9 +155,9 @@ pub struct FunctionFlags {
     /// Service account of the function pod.
     #[arg(long = "service-account")]
     pub service_account: Option<String>,
-    /// File with the function's dependencies (requirements.txt, package.json, ...).
-    #[arg(short = 'd', long = "dependencies", value_name = "FILE")]
-    pub dependencies: Option<PathBuf>,
+    /// The function's dependencies (requirements.txt, package.json, ...): a file or an http(s) URL.
+    #[arg(short = 'd', long = "dependencies", value_name = "FILE|URL")]
+    pub dependencies: Option<String>,
     /// Memory request and limit, e.g. 128Mi.
     #[arg(long)]
     pub memory: Option<String>,
@@ -221,11 +224,29 @@ pub struct UpdateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  kubeless function call hello
+  kubeless function call hello --data '{\"name\": \"Ada\"}'
+  kubeless function call hello --data @event.json -H 'X-Trace: 1' -i
+  echo hi | kubeless function call hello --data -
+  kubeless function call hello --method PUT --data 'x=1'")]
 pub struct CallArgs {
     pub name: String,
-    /// Data sent to the function (POST); without it the call is a GET.
+    /// Data sent to the function: text, @FILE for a file's content, or - for stdin (as curl).
     #[arg(short = 'd', long)]
     pub data: Option<String>,
+    /// HTTP method [default: POST with --data, else GET].
+    #[arg(short = 'X', long)]
+    pub method: Option<String>,
+    /// Extra request header, "Name: value" (repeat for more).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Print the HTTP status line and the response headers before the body.
+    #[arg(short = 'i', long = "include")]
+    pub include: bool,
+    /// Give up on the call after this many seconds.
+    #[arg(long = "call-timeout", default_value_t = 200, value_name = "SECONDS")]
+    pub call_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -271,6 +292,14 @@ pub struct OutArgs {
     pub out: Option<OutFormat>,
 }
 
+#[derive(Debug, Args)]
+pub struct TriggerDescribeArgs {
+    pub name: String,
+    /// Output format: json or yaml (default: text).
+    #[arg(short = 'o', long = "out", value_enum)]
+    pub out: Option<OutFormat>,
+}
+
 /// `--dryrun` and `-o/--output`, on trigger create/update.
 #[derive(Debug, Args, Clone, Copy)]
 pub struct DryrunArgs {
@@ -312,6 +341,8 @@ pub enum HttpCmd {
     /// Delete an HTTP trigger.
     Delete(NameArg),
     /// List HTTP triggers.
+    /// Show a HTTP trigger: its spec, its conditions with their reasons, and its URL.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -384,6 +415,8 @@ pub enum CronjobCmd {
     /// Delete a cronjob trigger.
     Delete(NameArg),
     /// List cronjob triggers.
+    /// Show a cronjob trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -416,6 +449,8 @@ pub enum KafkaCmd {
     /// Delete a Kafka trigger.
     Delete(NameArg),
     /// List Kafka triggers.
+    /// Show a Kafka trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -429,6 +464,8 @@ pub enum NatsCmd {
     /// Delete a NATS trigger.
     Delete(NameArg),
     /// List NATS triggers.
+    /// Show a NATS trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Publish a message to a NATS subject.
@@ -475,6 +512,8 @@ pub enum KinesisCmd {
     /// Delete a Kinesis trigger.
     Delete(NameArg),
     /// List Kinesis triggers.
+    /// Show a Kinesis trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Put records into a Kinesis stream.

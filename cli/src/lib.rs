@@ -45,7 +45,11 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
-    let Cli { kube, command } = cli;
+    let Cli {
+        kube,
+        verbose: _,
+        command,
+    } = cli;
     match command {
         Command::Version => {
             output::println(&format!("Kubeless version: {}", env!("CARGO_PKG_VERSION")))

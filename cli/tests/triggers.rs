@@ -156,7 +156,10 @@ async fn http_and_cronjob_triggers() {
             "often",
         ])
         .await;
-    assert!(err.contains("invalid cron schedule"), "{err}");
+    assert!(
+        err.contains("Invalid cron schedule \"often\" in --schedule"),
+        "{err}"
+    );
     let err = c
         .fails(&[
             "trigger",
