@@ -105,6 +105,40 @@ async fn errors_are_sentences_and_bad_input_is_refused() {
         "{err}"
     );
 
+    // Kubeless's runtime ids are refused with the exact replacement.
+    let err = c
+        .fails(&[
+            "function",
+            "deploy",
+            "old",
+            "-r",
+            "python2.7",
+            "--handler",
+            "hello.handler",
+            "-f",
+            &src,
+        ])
+        .await;
+    assert!(
+        err.contains("runtime python2.7 was Kubeless's")
+            && err.contains("Use --runtime python3.11"),
+        "{err}"
+    );
+    let err = c
+        .fails(&[
+            "function",
+            "deploy",
+            "old",
+            "-r",
+            "nodejs_distroless8",
+            "--handler",
+            "hello.handler",
+            "-f",
+            &src,
+        ])
+        .await;
+    assert!(err.contains("Use --runtime nodejs20"), "{err}");
+
     // 404 names the object and how to list what exists.
     let err = c.fails(&["function", "describe", "nope"]).await;
     assert!(
