@@ -47,15 +47,27 @@ pub enum Command {
     /// Manage Kafka topics.
     #[command(subcommand)]
     Topic(TopicCmd),
+    /// Create or update Functions and triggers from manifests (a file or a folder of them).
+    #[command(after_help = "Examples:
+  kubeless apply -f hello.yaml
+  kubeless apply -f manifests/        every .yaml, .yml and .json file, in name order")]
+    Apply(ApplyArgs),
     /// Print the controller configuration and the supported runtimes.
     GetServerConfig,
-    /// Print the version of this kubeless command.
+    /// Print the version of this kubeless command, of the Kubernetes server and of the CRDs.
     Version,
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// A manifest file, or a folder of them.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR")]
+    pub filename: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -103,9 +115,21 @@ impl PullPolicy {
 
 #[derive(Debug, Subcommand)]
 pub enum FunctionCmd {
+    /// Write a starter function and its manifest in the current folder.
+    #[command(after_help = "Examples:
+  kubeless function init python3.11 hello
+  kubeless apply -f hello.yaml")]
+    Init(InitArgs),
     /// Deploy a function.
+    #[command(after_help = "Examples:
+  kubeless function deploy hello --runtime python3.11 --handler hello.handler --from-file hello.py
+  kubeless function deploy hello -r nodejs20 --handler hello.handler -f hello.js -d package.json
+  kubeless function deploy tick -r python3.11 --handler tick.handler -f tick.py --schedule '*/5 * * * *'")]
     Deploy(DeployArgs),
     /// Update a function.
+    #[command(after_help = "Examples:
+  kubeless function update hello --from-file hello.py --wait
+  kubeless function update hello --env GREETING=hi --memory 256Mi")]
     Update(UpdateArgs),
     /// Call a function through the API server's service proxy.
     Call(CallArgs),
@@ -117,10 +141,29 @@ pub enum FunctionCmd {
     /// Describe a function.
     Describe(DescribeArgs),
     /// Print the log of a function's pod.
+    #[command(after_help = "Examples:
+  kubeless function logs hello --tail 20
+  kubeless function logs hello --since 5m --follow")]
     Logs(LogsArgs),
     /// Show call metrics of functions.
-    #[command(visible_alias = "stats")]
+    #[command(
+        visible_alias = "stats",
+        after_help = "Examples:
+  kubeless function top
+  kubeless function top -f hello --watch"
+    )]
     Top(TopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Runtime of the function, e.g. python3.11 or nodejs20.
+    pub runtime: String,
+    /// Name of the function (and of the files written).
+    pub name: String,
+    /// Folder to write into.
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -272,6 +315,12 @@ pub struct LogsArgs {
     /// Follow the log.
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<i64>,
+    /// Only lines newer than this: 30s, 5m, 2h.
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -282,6 +331,12 @@ pub struct TopArgs {
     /// Output format: json or yaml (default: a table).
     #[arg(short = 'o', long = "out", value_enum)]
     pub out: Option<OutFormat>,
+    /// Print the table again every --interval seconds until interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Seconds between two tables of --watch.
+    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
+    pub interval: u64,
 }
 
 /// `-o/--out` only.

@@ -37,6 +37,7 @@ pub async fn run(ctx: &Ctx, cmd: FunctionCmd) -> Result<()> {
         FunctionCmd::Describe(a) => describe(ctx, a).await,
         FunctionCmd::Logs(a) => logs(ctx, a).await,
         FunctionCmd::Top(a) => top(ctx, a).await,
+        FunctionCmd::Init(a) => crate::manifest::init(&a.runtime, &a.name, &a.dir),
     }
 }
 
@@ -559,7 +560,13 @@ async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {
 }
 
 async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
-    let LogsArgs { name, follow } = args;
+    let LogsArgs {
+        name,
+        follow,
+        tail,
+        since,
+    } = args;
+    let since_seconds = since.as_deref().map(parse_since).transpose()?;
     let pods = ctx
         .api::<Pod>()
         .list(&ListParams::default().labels(&format!("function={name}")))
@@ -584,6 +591,8 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
     let params = LogParams {
         container: has_container.then(|| name.clone()),
         follow,
+        tail_lines: tail,
+        since_seconds,
         ..LogParams::default()
     };
     let pod_name = pod.name_any();
@@ -601,6 +610,27 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         output::println(&line)?;
     }
     Ok(())
+}
+
+/// `--since`: `30s`, `5m`, `2h` (or plain seconds) as seconds.
+pub fn parse_since(s: &str) -> Result<i64> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => 0,
+    };
+    match num.parse::<i64>() {
+        Ok(n) if n > 0 && mult > 0 => Ok(n * mult),
+        _ => Err(Error::usage(format!(
+            "Invalid --since {s:?}: give a duration such as 30s, 5m or 2h"
+        ))),
+    }
 }
 
 /// One row of `function top`.
@@ -678,7 +708,12 @@ async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
 }
 
 async fn top(ctx: &Ctx, args: TopArgs) -> Result<()> {
-    let TopArgs { function, out } = args;
+    let TopArgs {
+        function,
+        out,
+        watch,
+        interval,
+    } = args;
     let names: Vec<String> = match function {
         Some(f) => vec![get_function(ctx, &f).await?.name_any()],
         None => {
@@ -695,16 +730,28 @@ async fn top(ctx: &Ctx, args: TopArgs) -> Result<()> {
             v
         }
     };
-    let mut rows = Vec::new();
-    for name in &names {
-        match scrape(ctx, name).await {
-            Ok(text) => rows.extend(top_rows(name, &ctx.namespace, &text)),
-            Err(e) => eprintln!("WARNING: {}", crate::error_chain(&e)),
+    loop {
+        let mut rows = Vec::new();
+        for name in &names {
+            match scrape(ctx, name).await {
+                Ok(text) => rows.extend(top_rows(name, &ctx.namespace, &text)),
+                Err(e) => eprintln!("WARNING: {}", e.human()),
+            }
         }
-    }
-    match out {
-        Some(format) => output::print(&output::render(&rows, format)?),
-        None => output::print(&top_table(&rows).render()),
+        let text = match out {
+            Some(format) => output::render(&rows, format)?,
+            None => top_table(&rows).render(),
+        };
+        if !watch {
+            return output::print(&text);
+        }
+        // Redraw in place on a terminal; one table after another otherwise.
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            output::print(&format!("\x1b[2J\x1b[H{text}"))?;
+        } else {
+            output::print(&format!("{text}\n"))?;
+        }
+        tokio::time::sleep(Duration::from_secs(interval.max(1))).await;
     }
 }
 
@@ -725,6 +772,17 @@ mod tests {
         assert_eq!(id.len(), 11);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(event_id(), id);
+    }
+
+    #[test]
+    fn since_durations() {
+        assert_eq!(parse_since("30s").unwrap(), 30);
+        assert_eq!(parse_since("5m").unwrap(), 300);
+        assert_eq!(parse_since("2h").unwrap(), 7200);
+        assert_eq!(parse_since("45").unwrap(), 45);
+        assert!(parse_since("soon").is_err());
+        assert!(parse_since("5d").is_err());
+        assert!(parse_since("0s").is_err());
     }
 
     #[test]
