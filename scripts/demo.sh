@@ -38,13 +38,14 @@ done
 [ -s "$state/devcluster.out" ] || { echo "devcluster did not start in 10 s" >&2; cat "$state/devcluster.log" >&2; exit 1; }
 export KUBECONFIG="$state/kubeconfig"
 
-log "installing the CRDs and the kubeless namespace"
+log "installing the CRDs, the kubeless namespace and its kubeless-config ConfigMap"
 kubectl apply -f deploy/crds/ >/dev/null
-# `kubectl create namespace` sends protobuf, which devcluster does not speak: apply a manifest.
-printf 'apiVersion: v1\nkind: Namespace\nmetadata:\n  name: kubeless\n' | kubectl apply -f - >/dev/null
+# The namespace and the runtime catalogue (what tools built for Kubeless read), as manifests:
+# `kubectl create namespace` sends protobuf, which devcluster does not speak.
+kubectl apply -f deploy/kubeless-config.yaml >/dev/null
 
 log "starting the function-controller"
-KUBELESS_ADMIN_ADDR=127.0.0.1:0 "$bin/function-controller" >"$state/function-controller.log" 2>&1 &
+"$bin/function-controller" >"$state/function-controller.log" 2>&1 &
 pids+=($!)
 
 log "kubeless function deploy hello"

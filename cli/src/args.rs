@@ -10,6 +10,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     #[command(flatten)]
     pub kube: KubeArgs,
+    /// On failure, also print the full detail (the API server's whole answer).
+    #[arg(short = 'v', long, global = true)]
+    pub verbose: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,15 +47,27 @@ pub enum Command {
     /// Manage Kafka topics.
     #[command(subcommand)]
     Topic(TopicCmd),
+    /// Create or update Functions and triggers from manifests (a file or a folder of them).
+    #[command(after_help = "Examples:
+  kubeless apply -f hello.yaml
+  kubeless apply -f manifests/        every .yaml, .yml and .json file, in name order")]
+    Apply(ApplyArgs),
     /// Print the controller configuration and the supported runtimes.
     GetServerConfig,
-    /// Print the version of this kubeless command.
+    /// Print the version of this kubeless command, of the Kubernetes server and of the CRDs.
     Version,
     /// Print a shell completion script.
     Completion {
         #[arg(value_enum)]
         shell: Shell,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    /// A manifest file, or a folder of them.
+    #[arg(short = 'f', long = "filename", value_name = "FILE|DIR")]
+    pub filename: PathBuf,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -100,9 +115,21 @@ impl PullPolicy {
 
 #[derive(Debug, Subcommand)]
 pub enum FunctionCmd {
+    /// Write a starter function and its manifest in the current folder.
+    #[command(after_help = "Examples:
+  kubeless function init python3.11 hello
+  kubeless apply -f hello.yaml")]
+    Init(InitArgs),
     /// Deploy a function.
+    #[command(after_help = "Examples:
+  kubeless function deploy hello --runtime python3.11 --handler hello.handler --from-file hello.py
+  kubeless function deploy hello -r nodejs20 --handler hello.handler -f hello.js -d package.json
+  kubeless function deploy tick -r python3.11 --handler tick.handler -f tick.py --schedule '*/5 * * * *'")]
     Deploy(DeployArgs),
     /// Update a function.
+    #[command(after_help = "Examples:
+  kubeless function update hello --from-file hello.py --wait
+  kubeless function update hello --env GREETING=hi --memory 256Mi")]
     Update(UpdateArgs),
     /// Call a function through the API server's service proxy.
     Call(CallArgs),
@@ -114,10 +141,29 @@ pub enum FunctionCmd {
     /// Describe a function.
     Describe(DescribeArgs),
     /// Print the log of a function's pod.
+    #[command(after_help = "Examples:
+  kubeless function logs hello --tail 20
+  kubeless function logs hello --since 5m --follow")]
     Logs(LogsArgs),
     /// Show call metrics of functions.
-    #[command(visible_alias = "stats")]
+    #[command(
+        visible_alias = "stats",
+        after_help = "Examples:
+  kubeless function top
+  kubeless function top -f hello --watch"
+    )]
     Top(TopArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Runtime of the function, e.g. python3.11 or nodejs20.
+    pub runtime: String,
+    /// Name of the function (and of the files written).
+    pub name: String,
+    /// Folder to write into.
+    #[arg(long, default_value = ".")]
+    pub dir: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -152,9 +198,9 @@ pub struct FunctionFlags {
     /// Service account of the function pod.
     #[arg(long = "service-account")]
     pub service_account: Option<String>,
-    /// File with the function's dependencies (requirements.txt, package.json, ...).
-    #[arg(short = 'd', long = "dependencies", value_name = "FILE")]
-    pub dependencies: Option<PathBuf>,
+    /// The function's dependencies (requirements.txt, package.json, ...): a file or an http(s) URL.
+    #[arg(short = 'd', long = "dependencies", value_name = "FILE|URL")]
+    pub dependencies: Option<String>,
     /// Memory request and limit, e.g. 128Mi.
     #[arg(long)]
     pub memory: Option<String>,
@@ -221,11 +267,29 @@ pub struct UpdateArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  kubeless function call hello
+  kubeless function call hello --data '{\"name\": \"Ada\"}'
+  kubeless function call hello --data @event.json -H 'X-Trace: 1' -i
+  echo hi | kubeless function call hello --data -
+  kubeless function call hello --method PUT --data 'x=1'")]
 pub struct CallArgs {
     pub name: String,
-    /// Data sent to the function (POST); without it the call is a GET.
+    /// Data sent to the function: text, @FILE for a file's content, or - for stdin (as curl).
     #[arg(short = 'd', long)]
     pub data: Option<String>,
+    /// HTTP method [default: POST with --data, else GET].
+    #[arg(short = 'X', long)]
+    pub method: Option<String>,
+    /// Extra request header, "Name: value" (repeat for more).
+    #[arg(short = 'H', long = "header", value_name = "NAME: VALUE")]
+    pub headers: Vec<String>,
+    /// Print the HTTP status line and the response headers before the body.
+    #[arg(short = 'i', long = "include")]
+    pub include: bool,
+    /// Give up on the call after this many seconds.
+    #[arg(long = "call-timeout", default_value_t = 200, value_name = "SECONDS")]
+    pub call_timeout: u64,
 }
 
 #[derive(Debug, Args)]
@@ -251,6 +315,12 @@ pub struct LogsArgs {
     /// Follow the log.
     #[arg(short = 'f', long)]
     pub follow: bool,
+    /// Only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<i64>,
+    /// Only lines newer than this: 30s, 5m, 2h.
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -261,12 +331,26 @@ pub struct TopArgs {
     /// Output format: json or yaml (default: a table).
     #[arg(short = 'o', long = "out", value_enum)]
     pub out: Option<OutFormat>,
+    /// Print the table again every --interval seconds until interrupted.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// Seconds between two tables of --watch.
+    #[arg(long, default_value_t = 2, value_name = "SECONDS")]
+    pub interval: u64,
 }
 
 /// `-o/--out` only.
 #[derive(Debug, Args)]
 pub struct OutArgs {
     /// Output format: json or yaml (default: a table).
+    #[arg(short = 'o', long = "out", value_enum)]
+    pub out: Option<OutFormat>,
+}
+
+#[derive(Debug, Args)]
+pub struct TriggerDescribeArgs {
+    pub name: String,
+    /// Output format: json or yaml (default: text).
     #[arg(short = 'o', long = "out", value_enum)]
     pub out: Option<OutFormat>,
 }
@@ -312,6 +396,8 @@ pub enum HttpCmd {
     /// Delete an HTTP trigger.
     Delete(NameArg),
     /// List HTTP triggers.
+    /// Show a HTTP trigger: its spec, its conditions with their reasons, and its URL.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -384,6 +470,8 @@ pub enum CronjobCmd {
     /// Delete a cronjob trigger.
     Delete(NameArg),
     /// List cronjob triggers.
+    /// Show a cronjob trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -416,6 +504,8 @@ pub enum KafkaCmd {
     /// Delete a Kafka trigger.
     Delete(NameArg),
     /// List Kafka triggers.
+    /// Show a Kafka trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -429,6 +519,8 @@ pub enum NatsCmd {
     /// Delete a NATS trigger.
     Delete(NameArg),
     /// List NATS triggers.
+    /// Show a NATS trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Publish a message to a NATS subject.
@@ -475,6 +567,8 @@ pub enum KinesisCmd {
     /// Delete a Kinesis trigger.
     Delete(NameArg),
     /// List Kinesis triggers.
+    /// Show a Kinesis trigger: its spec, its conditions with their reasons.
+    Describe(TriggerDescribeArgs),
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Put records into a Kinesis stream.

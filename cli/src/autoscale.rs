@@ -255,8 +255,8 @@ mod tests {
             let back = f.hpa_v2().unwrap().unwrap();
             assert_eq!(back.spec, hpa.spec);
             let rendered = table(&[back]).render();
-            assert!(rendered.contains(&format!("\t{col}")), "{rendered}");
-            assert!(rendered.contains(&format!("\t{value}\n")), "{rendered}");
+            assert!(rendered.contains(&format!("  {col}  ")), "{rendered}");
+            assert!(rendered.contains(&format!("  {value}\n")), "{rendered}");
         }
         assert!(build("f", "ns", &args(Metric::Cpu, "lots")).is_err());
         let mut bad = args(Metric::Cpu, "50");

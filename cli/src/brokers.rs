@@ -73,7 +73,33 @@ mod kafka {
         AdminOptions::new().operation_timeout(Some(TIMEOUT))
     }
 
+    /// Fails within seconds, naming the addresses tried, when no bootstrap broker accepts a
+    /// TCP connection (librdkafka would retry quietly until its timeout).
+    pub async fn check_reachable(brokers: &str) -> Result<()> {
+        let mut last = String::from("no address given");
+        for addr in brokers.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+            match tokio::time::timeout(Duration::from_secs(3), tokio::net::TcpStream::connect(addr))
+                .await
+            {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => last = format!("{addr}: {e}"),
+                Err(_) => last = format!("{addr}: no answer within 3s"),
+            }
+        }
+        Err(Error::usage(format!(
+            "Cannot reach Kafka at {brokers} ({last}). Start a broker there, or point --brokers \
+             (or KAFKA_BROKERS) at yours, e.g. --brokers 127.0.0.1:9092"
+        )))
+    }
+
     pub async fn run(cmd: TopicCmd) -> Result<()> {
+        let brokers = match &cmd {
+            TopicCmd::Create(a) => &a.kafka.brokers,
+            TopicCmd::Delete(a) => &a.kafka.brokers,
+            TopicCmd::List(a) => &a.kafka.brokers,
+            TopicCmd::Publish(a) => &a.kafka.brokers,
+        };
+        check_reachable(brokers).await?;
         match cmd {
             TopicCmd::Create(a) => create(a).await,
             TopicCmd::Delete(a) => delete(a).await,

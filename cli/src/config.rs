@@ -138,7 +138,20 @@ pub async fn supported_runtimes(ctx: &Ctx) -> Option<Vec<String>> {
 
 /// Fails when `runtime` is not supported by the cluster.
 pub async fn check_runtime(ctx: &Ctx, runtime: &str) -> Result<()> {
-    match supported_runtimes(ctx).await {
+    let supported = supported_runtimes(ctx).await;
+    // A Kubeless runtime id is refused with its replacement, unless this cluster's catalogue
+    // still offers it.
+    if let Some(refusal) = kubeless_api::legacy::refusal(runtime)
+        && !supported
+            .as_ref()
+            .is_some_and(|list| list.iter().any(|r| r == runtime))
+    {
+        let new = kubeless_api::legacy::replacement(runtime).unwrap_or_default();
+        return Err(Error::usage(format!(
+            "Function runtime \"{runtime}\" is refused: {refusal}. Use --runtime {new}"
+        )));
+    }
+    match supported {
         Some(list) if !list.iter().any(|r| r == runtime) => Err(Error::usage(format!(
             "Function runtime \"{runtime}\" is not supported. Supported runtimes are: {}",
             list.join(", ")

@@ -37,6 +37,7 @@ pub async fn run(ctx: &Ctx, cmd: FunctionCmd) -> Result<()> {
         FunctionCmd::Describe(a) => describe(ctx, a).await,
         FunctionCmd::Logs(a) => logs(ctx, a).await,
         FunctionCmd::Top(a) => top(ctx, a).await,
+        FunctionCmd::Init(a) => crate::manifest::init(&a.runtime, &a.name, &a.dir),
     }
 }
 
@@ -46,16 +47,7 @@ async fn resolve(flags: &FunctionFlags) -> Result<spec::Resolved> {
         None => None,
     };
     let deps = match &flags.dependencies {
-        Some(path) => {
-            Some(
-                tokio::fs::read_to_string(path)
-                    .await
-                    .map_err(|source| Error::Read {
-                        path: path.clone(),
-                        source,
-                    })?,
-            )
-        }
+        Some(from) => Some(source::load_text(from).await?),
         None => None,
     };
     Ok(spec::Resolved { source, deps })
@@ -63,12 +55,17 @@ async fn resolve(flags: &FunctionFlags) -> Result<spec::Resolved> {
 
 async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
     ctx.api::<Function>().get(name).await.map_err(|e| {
-        Error::kube(
+        Error::kube_on(
             format!(
                 "Unable to find function {name} in namespace {}",
                 ctx.namespace
             ),
             e,
+            404,
+            format!(
+                "`kubeless function ls` lists the functions of this namespace (pick another with -n); \
+                 deploy it with `kubeless function deploy {name} ...`"
+            ),
         )
     })
 }
@@ -80,6 +77,11 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         schedule,
     } = args;
     spec::validate_deploy(&flags)?;
+    if let Some(s) = &schedule
+        && let Err(why) = crate::trigger::check_schedule(s)
+    {
+        return Err(crate::trigger::schedule_error(s, &why));
+    }
     if let Some(rt) = &flags.runtime
         && !flags.dryrun
     {
@@ -116,7 +118,17 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         .api::<Function>()
         .create(&PostParams::default(), &function)
         .await
-        .map_err(|e| Error::kube(format!("Failed to deploy {name}"), e))?;
+        .map_err(|e| {
+            Error::kube_on(
+                format!("Cannot deploy function {name} in namespace {}", ctx.namespace),
+                e,
+                409,
+                format!(
+                    "function {name} already exists: change it with `kubeless function update {name}` \
+                     (same flags), or remove it with `kubeless function delete {name}`"
+                ),
+            )
+        })?;
     eprintln!("Function {name} submitted for deployment");
     if let Some(t) = trigger {
         ctx.api::<CronJobTrigger>()
@@ -214,57 +226,192 @@ pub fn event_id() -> String {
         .collect()
 }
 
+/// The body of `--data`: the text itself, the content of `@FILE`, or stdin for `-`.
+pub fn read_data(data: &str) -> Result<Vec<u8>> {
+    if data == "-" {
+        let mut buf = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map_err(|source| {
+            Error::Read {
+                path: "<stdin>".into(),
+                source,
+            }
+        })?;
+        Ok(buf)
+    } else if let Some(path) = data.strip_prefix('@') {
+        std::fs::read(path).map_err(|source| Error::Read {
+            path: path.into(),
+            source,
+        })
+    } else {
+        Ok(data.as_bytes().to_vec())
+    }
+}
+
+/// `Name: value` of `--header`.
+pub fn parse_header(h: &str) -> Result<(http::HeaderName, http::HeaderValue)> {
+    let bad = || {
+        Error::usage(format!(
+            "Invalid --header {h:?}: write it as \"Name: value\", e.g. -H 'X-Trace: 1'"
+        ))
+    };
+    let (k, v) = h.split_once(':').ok_or_else(bad)?;
+    let name = http::HeaderName::from_bytes(k.trim().as_bytes()).map_err(|_| bad())?;
+    let value = http::HeaderValue::from_str(v.trim()).map_err(|_| bad())?;
+    Ok((name, value))
+}
+
+/// Why nobody can answer for the function, when no endpoint of its Service is ready: the
+/// Function's Ready condition and its pods' waiting reasons.
+async fn no_endpoint_reason(ctx: &Ctx, name: &str) -> Result<Option<String>> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let slices = ctx
+        .api::<EndpointSlice>()
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await
+        .map_err(|e| Error::kube(format!("reading the endpoints of function {name}"), e))?
+        .items;
+    let ready = slices
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .any(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true));
+    if ready {
+        return Ok(None);
+    }
+    let mut why = Vec::new();
+    if let Ok(f) = ctx.api::<Function>().get(name).await
+        && let Some(c) = f
+            .status
+            .as_ref()
+            .and_then(|s| kubeless_api::find_condition(&s.conditions, "Ready"))
+    {
+        why.push(
+            format!(
+                "Ready={} {} {}",
+                c.status,
+                c.reason.as_deref().unwrap_or(""),
+                c.message.as_deref().unwrap_or("")
+            )
+            .trim_end()
+            .to_string(),
+        );
+    }
+    if let Some(p) = wait::pod_problem(&wait::function_pods(ctx, name).await?) {
+        why.push(format!("pod {}: {}: {}", p.pod, p.reason, p.message));
+    }
+    if why.is_empty() {
+        why.push("no pod is running".into());
+    }
+    Ok(Some(why.join("; ")))
+}
+
 async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
-    let CallArgs { name, data } = args;
+    let CallArgs {
+        name,
+        data,
+        method,
+        headers,
+        include,
+        call_timeout,
+    } = args;
+    // Read the data first: a missing @file is the user's to fix before anything is sent.
+    let body = data.as_deref().map(read_data).transpose()?;
+    let extra = headers
+        .iter()
+        .map(|h| parse_header(h))
+        .collect::<Result<Vec<_>>>()?;
+    let method = match method {
+        Some(m) => http::Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+            Error::usage(format!("Invalid --method {m:?}: use GET, POST, PUT, ..."))
+        })?,
+        None if body.is_some() => http::Method::POST,
+        None => http::Method::GET,
+    };
     let path = proxy_path(ctx, &name, "").await?;
-    let builder = http::Request::builder()
+    if let Some(why) = no_endpoint_reason(ctx, &name).await? {
+        return Err(Error::NoEndpoint { name, why });
+    }
+    let mut builder = http::Request::builder()
         .uri(path)
+        .method(method)
         .header("event-id", event_id())
         .header(
             "event-time",
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         )
         .header("event-namespace", "cli.kubeless.io");
-    let request = match &data {
-        None => builder
-            .method(http::Method::GET)
-            .header("event-type", "application/x-www-form-urlencoded")
-            .body(Vec::new()),
-        Some(d) => {
-            let ct = content_type_of(d);
-            builder
-                .method(http::Method::POST)
-                .header("event-type", ct)
-                .header(http::header::CONTENT_TYPE, ct)
-                .body(d.clone().into_bytes())
+    let body = match body {
+        None => {
+            builder = builder.header("event-type", "application/x-www-form-urlencoded");
+            Vec::new()
         }
+        Some(b) => {
+            let ct = content_type_of(&String::from_utf8_lossy(&b));
+            builder = builder
+                .header("event-type", ct)
+                .header(http::header::CONTENT_TYPE, ct);
+            b
+        }
+    };
+    let mut request = builder
+        .body(body)
+        .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    for (k, v) in extra {
+        request.headers_mut().insert(k, v);
     }
-    .map_err(|e| Error::usage(format!("building the request: {e}")))?;
-    let response = ctx
-        .client
-        .send(request.map(kube::client::Body::from))
+    let send = async {
+        let response = ctx
+            .client
+            .send(request.map(kube::client::Body::from))
+            .await
+            .map_err(|e| Error::kube(format!("Cannot call function {name}"), e))?;
+        let status = response.status();
+        let head = response.headers().clone();
+        let body = response
+            .into_body()
+            .collect_bytes()
+            .await
+            .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
+        Ok::<_, Error>((status, head, body))
+    };
+    let (status, head, body) = tokio::time::timeout(Duration::from_secs(call_timeout), send)
         .await
-        .map_err(|e| Error::kube(format!("calling function {name}"), e))?;
-    let status = response.status();
-    let body = response
-        .into_body()
-        .collect_bytes()
-        .await
-        .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
+        .map_err(|_| Error::CallTimeout)??;
     let text = String::from_utf8_lossy(&body).into_owned();
+    if include {
+        let mut head_text = format!("HTTP/1.1 {status}\n");
+        for (k, v) in &head {
+            head_text.push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+        }
+        head_text.push('\n');
+        output::print(&head_text)?;
+    }
     if status == http::StatusCode::REQUEST_TIMEOUT {
         return Err(Error::CallTimeout);
     }
-    if !status.is_success() {
+    if status == http::StatusCode::SERVICE_UNAVAILABLE {
+        let why = no_endpoint_reason(ctx, &name)
+            .await?
+            .unwrap_or_else(|| text.trim_end().to_string());
+        return Err(Error::NoEndpoint { name, why });
+    }
+    if !status.is_success() && !include {
         return Err(Error::CallFailed {
             status: status.as_u16(),
             body: text.trim_end().to_string(),
         });
     }
     if text.ends_with('\n') || text.is_empty() {
-        output::print(&text)
+        output::print(&text)?;
     } else {
-        output::println(&text)
+        output::println(&text)?;
+    }
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(Error::CallFailed {
+            status: status.as_u16(),
+            body: String::from("(printed above)"),
+        })
     }
 }
 
@@ -418,7 +565,13 @@ async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {
 }
 
 async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
-    let LogsArgs { name, follow } = args;
+    let LogsArgs {
+        name,
+        follow,
+        tail,
+        since,
+    } = args;
+    let since_seconds = since.as_deref().map(parse_since).transpose()?;
     let pods = ctx
         .api::<Pod>()
         .list(&ListParams::default().labels(&format!("function={name}")))
@@ -443,6 +596,8 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
     let params = LogParams {
         container: has_container.then(|| name.clone()),
         follow,
+        tail_lines: tail,
+        since_seconds,
         ..LogParams::default()
     };
     let pod_name = pod.name_any();
@@ -460,6 +615,27 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         output::println(&line)?;
     }
     Ok(())
+}
+
+/// `--since`: `30s`, `5m`, `2h` (or plain seconds) as seconds.
+pub fn parse_since(s: &str) -> Result<i64> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        _ => 0,
+    };
+    match num.parse::<i64>() {
+        Ok(n) if n > 0 && mult > 0 => Ok(n * mult),
+        _ => Err(Error::usage(format!(
+            "Invalid --since {s:?}: give a duration such as 30s, 5m or 2h"
+        ))),
+    }
 }
 
 /// One row of `function top`.
@@ -537,7 +713,12 @@ async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
 }
 
 async fn top(ctx: &Ctx, args: TopArgs) -> Result<()> {
-    let TopArgs { function, out } = args;
+    let TopArgs {
+        function,
+        out,
+        watch,
+        interval,
+    } = args;
     let names: Vec<String> = match function {
         Some(f) => vec![get_function(ctx, &f).await?.name_any()],
         None => {
@@ -554,16 +735,28 @@ async fn top(ctx: &Ctx, args: TopArgs) -> Result<()> {
             v
         }
     };
-    let mut rows = Vec::new();
-    for name in &names {
-        match scrape(ctx, name).await {
-            Ok(text) => rows.extend(top_rows(name, &ctx.namespace, &text)),
-            Err(e) => eprintln!("WARNING: {}", crate::error_chain(&e)),
+    loop {
+        let mut rows = Vec::new();
+        for name in &names {
+            match scrape(ctx, name).await {
+                Ok(text) => rows.extend(top_rows(name, &ctx.namespace, &text)),
+                Err(e) => eprintln!("WARNING: {}", e.human()),
+            }
         }
-    }
-    match out {
-        Some(format) => output::print(&output::render(&rows, format)?),
-        None => output::print(&top_table(&rows).render()),
+        let text = match out {
+            Some(format) => output::render(&rows, format)?,
+            None => top_table(&rows).render(),
+        };
+        if !watch {
+            return output::print(&text);
+        }
+        // Redraw in place on a terminal; one table after another otherwise.
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            output::print(&format!("\x1b[2J\x1b[H{text}"))?;
+        } else {
+            output::print(&format!("{text}\n"))?;
+        }
+        tokio::time::sleep(Duration::from_secs(interval.max(1))).await;
     }
 }
 
@@ -584,6 +777,17 @@ mod tests {
         assert_eq!(id.len(), 11);
         assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
         assert_ne!(event_id(), id);
+    }
+
+    #[test]
+    fn since_durations() {
+        assert_eq!(parse_since("30s").unwrap(), 30);
+        assert_eq!(parse_since("5m").unwrap(), 300);
+        assert_eq!(parse_since("2h").unwrap(), 7200);
+        assert_eq!(parse_since("45").unwrap(), 45);
+        assert!(parse_since("soon").is_err());
+        assert!(parse_since("5d").is_err());
+        assert!(parse_since("0s").is_err());
     }
 
     #[test]

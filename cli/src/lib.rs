@@ -11,6 +11,7 @@ pub mod config;
 pub mod ctx;
 pub mod error;
 pub mod function;
+pub mod manifest;
 pub mod metrics;
 pub mod output;
 pub mod selector;
@@ -45,11 +46,14 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
 }
 
 pub async fn run(cli: Cli) -> Result<()> {
-    let Cli { kube, command } = cli;
+    let Cli {
+        kube,
+        verbose: _,
+        command,
+    } = cli;
     match command {
-        Command::Version => {
-            output::println(&format!("Kubeless version: {}", env!("CARGO_PKG_VERSION")))
-        }
+        Command::Version => version(&kube).await,
+        Command::Apply(a) => manifest::apply(&Ctx::connect(&kube).await?, &a.filename).await,
         Command::Completion { shell } => {
             let mut cmd = Cli::command();
             let mut buf = Vec::new();
@@ -82,11 +86,54 @@ pub async fn run(cli: Cli) -> Result<()> {
             output::print(&String::from_utf8_lossy(&buf))
         }
         Command::Topic(cmd) => brokers::topic(cmd).await,
+        // `function init` writes files only: no cluster needed.
+        Command::Function(args::FunctionCmd::Init(a)) => {
+            manifest::init(&a.runtime, &a.name, &a.dir)
+        }
         Command::Function(cmd) => function::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::Trigger(cmd) => trigger::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::Autoscale(cmd) => autoscale::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::GetServerConfig => config::get_server_config(&Ctx::connect(&kube).await?).await,
     }
+}
+
+/// `kubeless version`: this command's version, then what the cluster runs. The cluster part
+/// never fails the command: an unreachable cluster is printed as such.
+async fn version(kube: &args::KubeArgs) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let mut out = format!("Kubeless version: {}\n", env!("CARGO_PKG_VERSION"));
+    let server = async {
+        let ctx = Ctx::connect(kube).await?;
+        let info = ctx
+            .client
+            .apiserver_version()
+            .await
+            .map_err(|e| Error::kube("reading the server version", e))?;
+        let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(ctx.client.clone());
+        let crd = crds
+            .get_opt("functions.kubeless.io")
+            .await
+            .map_err(|e| Error::kube("reading the Function CRD", e))?;
+        let crd_line = match crd {
+            Some(c) => {
+                let versions: Vec<String> =
+                    c.spec.versions.iter().map(|v| v.name.clone()).collect();
+                format!("kubeless.io {}", versions.join(", "))
+            }
+            None => "not installed (kubectl apply -f deploy/crds/)".to_string(),
+        };
+        Ok::<_, Error>((info.git_version, crd_line))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), server).await {
+        Ok(Ok((server, crd))) => {
+            out.push_str(&format!(
+                "Kubernetes server: {server}\nFunction CRD: {crd}\n"
+            ));
+        }
+        Ok(Err(e)) => out.push_str(&format!("Kubernetes server: unknown ({})\n", e.human())),
+        Err(_) => out.push_str("Kubernetes server: unknown (no answer within 10s)\n"),
+    }
+    output::print(&out)
 }
 
 #[cfg(test)]

@@ -5,10 +5,14 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = kubeless_cli::args::Cli::parse();
+    let verbose = cli.verbose;
     match kubeless_cli::run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("FATA: {}", kubeless_cli::error_chain(&e));
+            eprintln!("FATA: {}", e.human());
+            if verbose {
+                eprintln!("detail: {}", e.detail());
+            }
             ExitCode::FAILURE
         }
     }

@@ -9,8 +9,8 @@ use crate::{
     error::{Error, Result},
 };
 
-/// A text table in the style Kubeless printed: every cell padded to its column's width and
-/// the columns separated by a tab.
+/// A text table: every cell padded to its column's width and the columns separated by two
+/// spaces (as kubectl does; a tab after padding misaligned once a name passed a tab stop).
 #[derive(Debug, Clone)]
 pub struct Table {
     rows: Vec<Vec<String>>,
@@ -44,7 +44,7 @@ impl Table {
             let mut line = String::new();
             for (c, cell) in row.iter().enumerate() {
                 if c > 0 {
-                    line.push('\t');
+                    line.push_str("  ");
                 }
                 line.push_str(cell);
                 if c + 1 < row.len() {
@@ -125,13 +125,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn table_pads_columns_and_separates_with_tabs() {
+    fn table_pads_columns_and_separates_with_two_spaces() {
         let mut t = Table::new(&["NAME", "NAMESPACE", "STATUS"]);
         t.row(vec!["a-long-name".into(), "ns".into(), "1/1 READY".into()]);
         t.row(vec!["b".into(), "default".into(), String::new()]);
         assert_eq!(
             t.render(),
-            "NAME       \tNAMESPACE\tSTATUS\na-long-name\tns       \t1/1 READY\nb          \tdefault\n"
+            "NAME         NAMESPACE  STATUS\na-long-name  ns         1/1 READY\nb            default\n"
         );
     }
 }

@@ -113,6 +113,24 @@ pub async fn load(from: &str) -> Result<Source> {
     }
 }
 
+/// A dependency file: read locally, or downloaded when it is an http(s) URL.
+pub async fn load_text(from: &str) -> Result<String> {
+    let data = if is_url(from) {
+        download(from).await?
+    } else {
+        let path = Path::new(from);
+        tokio::fs::read(path).await.map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?
+    };
+    String::from_utf8(data).map_err(|_| {
+        Error::usage(format!(
+            "The dependency file {from} is not text (UTF-8): give requirements.txt, package.json or the like"
+        ))
+    })
+}
+
 async fn download(url: &str) -> Result<Vec<u8>> {
     // reqwest is built without a default crypto provider; ring is the one the workspace uses.
     // An Err only means a provider is already installed.

@@ -32,12 +32,31 @@ pub const PORT_NAME: &str = "http-function-port";
 
 /// Splits `k=v` or `k:v` (a `=` wins over a `:`, so `URL=http://x` works).
 pub fn parse_key_values(items: &[String], what: &str) -> Result<BTreeMap<String, String>> {
+    parse_pairs(items, what, false)
+}
+
+/// Labels: like [`parse_key_values`], and a bare key is a label with an empty value (as
+/// Kubeless and kubectl accept `--label foobar`).
+pub fn parse_labels(items: &[String]) -> Result<BTreeMap<String, String>> {
+    parse_pairs(items, "label", true)
+}
+
+fn parse_pairs(
+    items: &[String],
+    what: &str,
+    bare_key_ok: bool,
+) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for item in items.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        let (k, v) = item
-            .split_once('=')
-            .or_else(|| item.split_once(':'))
-            .ok_or_else(|| Error::usage(format!("{what} {item:?} is not k=v or k:v")))?;
+        let (k, v) = match item.split_once('=').or_else(|| item.split_once(':')) {
+            Some(kv) => kv,
+            None if bare_key_ok => (item, ""),
+            None => {
+                return Err(Error::usage(format!(
+                    "Invalid {what} {item:?}: write it as key=value (or key:value)"
+                )));
+            }
+        };
         if k.trim().is_empty() {
             return Err(Error::usage(format!("{what} {item:?} has an empty key")));
         }
@@ -92,7 +111,7 @@ pub fn apply(
         spec: FunctionSpec::default(),
         status: None,
     });
-    let user_labels = parse_key_values(&flags.labels, "label")?;
+    let user_labels = parse_labels(&flags.labels)?;
     let labels = function.metadata.labels.get_or_insert_with(BTreeMap::new);
     labels.extend(user_labels);
     labels.extend(function_labels(name));
@@ -363,6 +382,9 @@ mod tests {
         assert_eq!(kv["b"], "2");
         assert_eq!(kv["URL"], "http://x:1");
         assert!(parse_key_values(&["novalue".into()], "env").is_err());
+        let labels = parse_labels(&["foobar".into(), "team=x".into()]).unwrap();
+        assert_eq!(labels["foobar"], "");
+        assert_eq!(labels["team"], "x");
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub async fn run(ctx: &Ctx, cmd: TriggerCmd) -> Result<()> {
             HttpCmd::Create(a) => http_create(ctx, a).await,
             HttpCmd::Update(a) => http_update(ctx, a).await,
             HttpCmd::Delete(a) => delete::<HttpTrigger>(ctx, &a.name, "HTTP trigger").await,
+            HttpCmd::Describe(a) => describe::<HttpTrigger>(ctx, a, "HTTP trigger", http_url).await,
             HttpCmd::List(a) => list::<HttpTrigger>(ctx, a, http_table).await,
         },
         TriggerCmd::Cronjob(c) => match c {
@@ -41,18 +42,25 @@ pub async fn run(ctx: &Ctx, cmd: TriggerCmd) -> Result<()> {
             CronjobCmd::Delete(a) => {
                 delete::<CronJobTrigger>(ctx, &a.name, "cronjob trigger").await
             }
+            CronjobCmd::Describe(a) => {
+                describe::<CronJobTrigger>(ctx, a, "cronjob trigger", no_url).await
+            }
             CronjobCmd::List(a) => list::<CronJobTrigger>(ctx, a, cronjob_table).await,
         },
         TriggerCmd::Kafka(c) => match c {
             KafkaCmd::Create(a) => kafka(ctx, a, true).await,
             KafkaCmd::Update(a) => kafka(ctx, a, false).await,
             KafkaCmd::Delete(a) => delete::<KafkaTrigger>(ctx, &a.name, "Kafka trigger").await,
+            KafkaCmd::Describe(a) => {
+                describe::<KafkaTrigger>(ctx, a, "Kafka trigger", no_url).await
+            }
             KafkaCmd::List(a) => list::<KafkaTrigger>(ctx, a, kafka_table).await,
         },
         TriggerCmd::Nats(c) => match c {
             NatsCmd::Create(a) => nats(ctx, a, true).await,
             NatsCmd::Update(a) => nats(ctx, a, false).await,
             NatsCmd::Delete(a) => delete::<NatsTrigger>(ctx, &a.name, "NATS trigger").await,
+            NatsCmd::Describe(a) => describe::<NatsTrigger>(ctx, a, "NATS trigger", no_url).await,
             NatsCmd::List(a) => list::<NatsTrigger>(ctx, a, nats_table).await,
             NatsCmd::Publish(a) => crate::brokers::nats_publish(a).await,
         },
@@ -61,6 +69,9 @@ pub async fn run(ctx: &Ctx, cmd: TriggerCmd) -> Result<()> {
             KinesisCmd::Update(a) => kinesis(ctx, a, false).await,
             KinesisCmd::Delete(a) => {
                 delete::<KinesisTrigger>(ctx, &a.name, "Kinesis trigger").await
+            }
+            KinesisCmd::Describe(a) => {
+                describe::<KinesisTrigger>(ctx, a, "Kinesis trigger", no_url).await
             }
             KinesisCmd::List(a) => list::<KinesisTrigger>(ctx, a, kinesis_table).await,
             KinesisCmd::Publish(a) => crate::brokers::kinesis_publish(ctx, a).await,
@@ -105,9 +116,20 @@ async fn write<K: Kind>(
     }
     let api = ctx.api::<K>();
     if create {
+        let sub = subcommand(what);
         api.create(&PostParams::default(), &obj)
             .await
-            .map_err(|e| Error::kube(format!("Failed to create {what} {name}"), e))?;
+            .map_err(|e| {
+                Error::kube_on(
+                    format!("Cannot create {what} {name} in namespace {}", ctx.namespace),
+                    e,
+                    409,
+                    format!(
+                        "a {what} with this name exists: change it with `kubeless trigger {sub} update {name}`, \
+                         or delete it with `kubeless trigger {sub} delete {name}`"
+                    ),
+                )
+            })?;
         eprintln!("{what} {name} created in namespace {}", ctx.namespace);
     } else {
         api.replace(&name, &PostParams::default(), &obj)
@@ -118,14 +140,22 @@ async fn write<K: Kind>(
     Ok(())
 }
 
+/// `http` for "HTTP trigger": the `kubeless trigger` subcommand of a kind.
+fn subcommand(what: &str) -> String {
+    what.split(' ').next().unwrap_or(what).to_lowercase()
+}
+
 async fn get<K: Kind>(ctx: &Ctx, name: &str, what: &str) -> Result<K> {
+    let sub = subcommand(what);
     ctx.api::<K>().get(name).await.map_err(|e| {
-        Error::kube(
+        Error::kube_on(
             format!(
                 "Unable to find {what} {name} in namespace {}",
                 ctx.namespace
             ),
             e,
+            404,
+            format!("`kubeless trigger {sub} list` shows the {what}s of this namespace (-n)"),
         )
     })
 }
@@ -157,25 +187,111 @@ async fn list<K: Kind>(ctx: &Ctx, args: OutArgs, table: fn(&[K]) -> Table) -> Re
 
 async fn check_function(ctx: &Ctx, name: &str) -> Result<()> {
     ctx.api::<Function>().get(name).await.map_err(|e| {
-        Error::kube(
+        Error::kube_on(
             format!(
                 "Unable to find Function {name} in namespace {}",
                 ctx.namespace
             ),
             e,
+            404,
+            format!("deploy it first with `kubeless function deploy {name} ...`, or check the name with `kubeless function ls`"),
         )
     })?;
     Ok(())
+}
+
+/// Text of `trigger <kind> describe`: the object's spec, its URL (HTTP) and every condition
+/// with its reason and message.
+fn describe_text<K: Kind>(obj: &K, what: &str, url: Option<String>) -> Result<String> {
+    let value = serde_json::to_value(obj).map_err(|e| Error::Encode {
+        format: "json",
+        message: e.to_string(),
+    })?;
+    let mut out = format!(
+        "Name:         {}\nNamespace:    {}\nKind:         {what}\n",
+        obj.name_any(),
+        obj.namespace().unwrap_or_default()
+    );
+    if let Some(url) = url {
+        out.push_str(&format!("URL:          {url}\n"));
+    }
+    out.push_str("Spec:\n");
+    let spec = output::to_yaml(&value["spec"])?;
+    for line in spec.lines() {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out.push_str("Conditions:\n");
+    let conditions: Vec<Condition> = value
+        .get("status")
+        .and_then(|s| s.get("conditions"))
+        .cloned()
+        .and_then(|c| serde_json::from_value(c).ok())
+        .unwrap_or_default();
+    if conditions.is_empty() {
+        out.push_str("  (none yet: is the controller of this trigger kind running?)\n");
+    }
+    for c in &conditions {
+        let line = format!(
+            "  {}={} {} {}",
+            c.type_,
+            c.status,
+            c.reason.as_deref().unwrap_or(""),
+            c.message.as_deref().unwrap_or("")
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+async fn describe<K: Kind>(
+    ctx: &Ctx,
+    args: crate::args::TriggerDescribeArgs,
+    what: &str,
+    url: fn(&K) -> Option<String>,
+) -> Result<()> {
+    let mut obj: K = get(ctx, &args.name, what).await?;
+    obj.meta_mut().managed_fields = None;
+    match args.out {
+        Some(format) => output::print(&output::render(&obj, format)?),
+        None => output::print(&describe_text(&obj, what, url(&obj))?),
+    }
+}
+
+fn no_url<K>(_: &K) -> Option<String> {
+    None
+}
+
+/// Where an HTTP trigger answers: `http(s)://<host><path>` (the Ingress's rule).
+pub fn http_url(t: &HttpTrigger) -> Option<String> {
+    let host = t.spec.host_name.as_deref().filter(|h| !h.is_empty())?;
+    let tls = t.spec.tls == Some(true) || t.spec.tls_secret.is_some();
+    let path = t.spec.path.as_deref().unwrap_or("");
+    let path = if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("/{path}")
+    };
+    Some(format!(
+        "{}://{host}{path}",
+        if tls { "https" } else { "http" }
+    ))
 }
 
 fn new_meta<K: Kind>(obj: &mut K, ctx: &Ctx) {
     obj.meta_mut().namespace = Some(ctx.namespace.clone());
 }
 
-fn ready(conditions: &[Condition]) -> String {
-    find_condition(conditions, READY)
-        .map(|c| c.status.clone())
-        .unwrap_or_else(|| "Unknown".into())
+/// READY column: `True`, or the status with the reason why not (`False (FunctionNotFound)`).
+pub fn ready(conditions: &[Condition]) -> String {
+    match find_condition(conditions, READY) {
+        None => "Unknown".into(),
+        Some(c) if c.is_true() => c.status.clone(),
+        Some(c) => match c.reason.as_deref().filter(|r| !r.is_empty()) {
+            Some(reason) => format!("{} ({reason})", c.status),
+            None => c.status.clone(),
+        },
+    }
 }
 
 // ----------------------------------------------------------------------- http
@@ -220,7 +336,12 @@ async fn http_create(ctx: &Ctx, a: HttpCreateArgs) -> Result<()> {
         },
     );
     new_meta(&mut t, ctx);
-    write(ctx, t, true, dry, "HTTP trigger").await
+    let url = http_url(&t);
+    write(ctx, t, true, dry, "HTTP trigger").await?;
+    if let (Some(url), false) = (url, dry.dryrun) {
+        eprintln!("The function answers at {url} once the Ingress controller serves the route");
+    }
+    Ok(())
 }
 
 async fn http_update(ctx: &Ctx, a: HttpUpdateArgs) -> Result<()> {
@@ -319,21 +440,40 @@ fn payload(a: &CronjobArgs) -> Result<Option<Value>> {
         })
 }
 
-/// Five (or six, with seconds) cron fields, or a `@hourly`-style macro.
-pub fn valid_schedule(s: &str) -> bool {
-    let s = s.trim();
-    if s.starts_with('@') {
-        return matches!(
-            s,
-            "@yearly" | "@annually" | "@monthly" | "@weekly" | "@daily" | "@midnight" | "@hourly"
-        ) || s.starts_with("@every ");
+/// Checks a cron schedule before it is sent: five fields (six with a leading seconds field, for
+/// the controller's scheduler mode) or an `@hourly`-style alias, each field in range. The
+/// same parser (croner) as the cronjob-trigger-controller.
+pub fn check_schedule(s: &str) -> Result<(), String> {
+    use croner::parser::{CronParser, Seconds, Year};
+    let text = s.trim();
+    if text.is_empty() {
+        return Err("the schedule is empty".into());
     }
-    let n = s.split_whitespace().count();
-    (5..=6).contains(&n)
-        && s.split_whitespace().all(|f| {
-            f.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "*/,-?LW#".contains(c))
-        })
+    let normalized = if text.eq_ignore_ascii_case("@midnight") {
+        "@daily"
+    } else {
+        text
+    };
+    let fields = normalized.split_whitespace().count();
+    if !normalized.starts_with('@') && !(5..=6).contains(&fields) {
+        return Err(format!(
+            "it has {fields} fields, a schedule has 5 (minute hour day-of-month month day-of-week)"
+        ));
+    }
+    CronParser::builder()
+        .seconds(Seconds::Optional)
+        .year(Year::Disallowed)
+        .build()
+        .parse(normalized)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// A usage error for a bad schedule, naming the flag and an example.
+pub fn schedule_error(s: &str, why: &str) -> Error {
+    Error::usage(format!(
+        "Invalid cron schedule {s:?} in --schedule: {why}. Use five fields, e.g. \"*/5 * * * *\" (every 5 minutes) or \"@hourly\""
+    ))
 }
 
 async fn cronjob(ctx: &Ctx, a: CronjobArgs, create: bool) -> Result<()> {
@@ -346,9 +486,9 @@ async fn cronjob(ctx: &Ctx, a: CronjobArgs, create: bool) -> Result<()> {
         ..
     } = a;
     if let Some(s) = &schedule
-        && !valid_schedule(s)
+        && let Err(why) = check_schedule(s)
     {
-        return Err(Error::usage(format!("invalid cron schedule {s:?}")));
+        return Err(schedule_error(s, &why));
     }
     if let Some(f) = &function
         && !dry.dryrun
@@ -596,11 +736,37 @@ mod tests {
 
     #[test]
     fn schedules_and_hosts() {
-        assert!(valid_schedule("*/5 * * * *"));
-        assert!(valid_schedule("0 0 * * 1-5"));
-        assert!(valid_schedule("@hourly"));
-        assert!(!valid_schedule("every minute"));
-        assert!(!valid_schedule("* * *"));
+        assert!(check_schedule("*/5 * * * *").is_ok());
+        assert!(check_schedule("0 0 * * 1-5").is_ok());
+        assert!(check_schedule("@hourly").is_ok());
+        assert!(check_schedule("@midnight").is_ok());
+        assert!(check_schedule("every minute").is_err());
+        assert!(check_schedule("* * *").is_err());
+        assert!(check_schedule("99 * * * *").is_err());
+        assert!(check_schedule("* * * * mon-xyz").is_err());
         assert_eq!(default_host("hello", "127.0.0.1"), "hello.127.0.0.1.nip.io");
+    }
+
+    #[test]
+    fn urls_and_ready_reasons() {
+        let mut t = HttpTrigger::new(
+            "h",
+            HttpTriggerSpec {
+                function_name: "f".into(),
+                host_name: Some("f.example.com".into()),
+                path: Some("api".into()),
+                ..HttpTriggerSpec::default()
+            },
+        );
+        assert_eq!(http_url(&t).as_deref(), Some("http://f.example.com/api"));
+        t.spec.tls_secret = Some("cert".into());
+        assert_eq!(http_url(&t).as_deref(), Some("https://f.example.com/api"));
+        t.spec.host_name = None;
+        assert_eq!(http_url(&t), None);
+        let not_ready = Condition::not_ready("FunctionNotFound", "no function f");
+        assert_eq!(ready(&[not_ready]), "False (FunctionNotFound)");
+        assert_eq!(ready(&[Condition::ready("Reconciled", "ok")]), "True");
+        assert_eq!(ready(&[]), "Unknown");
+        assert_eq!(subcommand("HTTP trigger"), "http");
     }
 }

@@ -5,7 +5,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::Api;
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ContainerStatus, Pod},
+};
+use kube::{Api, ResourceExt, api::ListParams};
 use kubeless_api::{
     Function,
     conditions::{READY, find_condition, reasons},
@@ -27,6 +31,142 @@ const FAILURE_REASONS: &[&str] = &[
     reasons::DEPLOYMENT_FAILED,
     reasons::APPLY_FAILED,
 ];
+
+/// Waiting reasons of a container that will not start by itself.
+const STUCK_REASONS: &[&str] = &[
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// How long a pod problem must last before the wait gives up with it (a pull or a crash can
+/// be retried once by the kubelet and succeed).
+const PROBLEM_GRACE: Duration = Duration::from_secs(5);
+
+/// Why a pod of the function does not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodProblem {
+    pub pod: String,
+    pub container: String,
+    pub reason: String,
+    pub message: String,
+}
+
+fn container_problem(pod: &str, cs: &ContainerStatus, init: bool) -> Option<PodProblem> {
+    let state = cs.state.as_ref()?;
+    if init {
+        // An init step that exited non-zero, now or before its restart (back-off).
+        let failed = state
+            .terminated
+            .as_ref()
+            .or_else(|| cs.last_state.as_ref().and_then(|l| l.terminated.as_ref()))
+            .filter(|t| t.exit_code != 0);
+        if let Some(t) = failed
+            && state.running.is_none()
+        {
+            return Some(PodProblem {
+                pod: pod.to_string(),
+                container: cs.name.clone(),
+                reason: "InitStepFailed".into(),
+                message: format!(
+                    "init step {} exited with code {}{}",
+                    cs.name,
+                    t.exit_code,
+                    t.message
+                        .as_deref()
+                        .filter(|m| !m.trim().is_empty())
+                        .map(|m| format!(": {}", m.trim()))
+                        .unwrap_or_default()
+                ),
+            });
+        }
+    }
+    if let Some(w) = &state.waiting {
+        let reason = w.reason.clone().unwrap_or_default();
+        if STUCK_REASONS.contains(&reason.as_str()) {
+            let mut message = w.message.clone().unwrap_or_default();
+            if reason == "CrashLoopBackOff"
+                && let Some(t) = cs.last_state.as_ref().and_then(|l| l.terminated.as_ref())
+            {
+                message = format!(
+                    "container {} exited with code {}{}",
+                    cs.name,
+                    t.exit_code,
+                    t.message
+                        .as_deref()
+                        .filter(|m| !m.trim().is_empty())
+                        .map(|m| format!(": {}", m.trim()))
+                        .unwrap_or_default()
+                );
+            }
+            return Some(PodProblem {
+                pod: pod.to_string(),
+                container: cs.name.clone(),
+                reason,
+                message,
+            });
+        }
+    }
+    None
+}
+
+/// The first problem of the pods that are not being deleted: a failing init step first, then a
+/// container that cannot be pulled, configured or kept running.
+pub fn pod_problem(pods: &[Pod]) -> Option<PodProblem> {
+    pods.iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .find_map(|p| {
+            let st = p.status.as_ref()?;
+            let name = p.name_any();
+            st.init_container_statuses
+                .iter()
+                .flatten()
+                .find_map(|cs| container_problem(&name, cs, true))
+                .or_else(|| {
+                    st.container_statuses
+                        .iter()
+                        .flatten()
+                        .find_map(|cs| container_problem(&name, cs, false))
+                })
+        })
+}
+
+/// The pods of function `name` (label `function=<name>`).
+pub async fn function_pods(ctx: &Ctx, name: &str) -> Result<Vec<Pod>> {
+    Ok(ctx
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("function={name}")))
+        .await
+        .map_err(|e| Error::kube(format!("listing the pods of function {name}"), e))?
+        .items)
+}
+
+/// Whether the Deployment finished rolling out its current template: every replica updated,
+/// available, and no old pod left. `None` when the rollout is done.
+pub fn rollout_pending(d: &Deployment) -> Option<String> {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let st = d.status.clone().unwrap_or_default();
+    if st.observed_generation.unwrap_or(0) < d.metadata.generation.unwrap_or(0) {
+        return Some("the new version is being rolled out".into());
+    }
+    let updated = st.updated_replicas.unwrap_or(0);
+    let total = st.replicas.unwrap_or(0);
+    let available = st.available_replicas.unwrap_or(0);
+    if updated < want {
+        return Some(format!("{updated}/{want} pods run the new version"));
+    }
+    if total > updated {
+        return Some(format!("{} old pods still answer", total - updated));
+    }
+    if available < want {
+        return Some(format!("{available}/{want} new pods ready"));
+    }
+    None
+}
 
 /// Wait by default on a terminal; `--wait` / `--no-wait` override.
 pub fn should_wait(args: &WaitArgs) -> bool {
@@ -84,12 +224,51 @@ pub async fn wait_ready(
     let spinner = ['|', '/', '-', '\\'];
     let mut tick = 0usize;
     let mut last_line = String::new();
+    let mut problem_since: Option<(PodProblem, Instant)> = None;
+    let deployments: Api<Deployment> = ctx.api();
     loop {
         let f = api
             .get(name)
             .await
             .map_err(|e| Error::kube(format!("reading function {name}"), e))?;
-        let phase = phase(&f, generation);
+        let mut phase = phase(&f, generation);
+        // Ready counts once the new version serves: an update keeps the old pods answering
+        // until the Deployment has rolled out.
+        if phase == Phase::Ready
+            && let Ok(Some(d)) = deployments.get_opt(name).await
+            && let Some(what) = rollout_pending(&d)
+        {
+            phase = Phase::Pending(what);
+        }
+        // A pod that cannot start says why on the spinner, and the wait gives up with it.
+        if let Phase::Pending(what) = &phase {
+            match pod_problem(&function_pods(ctx, name).await?) {
+                Some(p) => {
+                    let since = match &problem_since {
+                        Some((seen, at)) if seen.reason == p.reason => *at,
+                        _ => Instant::now(),
+                    };
+                    if since.elapsed() >= PROBLEM_GRACE {
+                        if tty {
+                            eprint!("\r\x1b[K");
+                        }
+                        return Err(Error::PodFailing {
+                            name: name.to_string(),
+                            pod: p.pod,
+                            reason: p.reason,
+                            message: p.message,
+                        });
+                    }
+                    phase = Phase::Pending(format!(
+                        "{what}; pod {}: {}: {}",
+                        p.pod, p.reason, p.message
+                    ));
+                    problem_since = Some((p, since));
+                }
+                // Between restarts the problem can vanish for a moment: keep its start.
+                None => {}
+            }
+        }
         match phase {
             Phase::Ready => {
                 if tty {

@@ -156,7 +156,10 @@ async fn http_and_cronjob_triggers() {
             "often",
         ])
         .await;
-    assert!(err.contains("invalid cron schedule"), "{err}");
+    assert!(
+        err.contains("Invalid cron schedule \"often\" in --schedule"),
+        "{err}"
+    );
     let err = c
         .fails(&[
             "trigger",
@@ -422,10 +425,10 @@ async fn autoscale_version_completion() {
     assert!(fns.get("alpha").await.unwrap().hpa_v2().unwrap().is_none());
     assert_eq!(c.ok(&["autoscale", "list"]).await.lines().count(), 2);
 
-    assert_eq!(
-        c.ok(&["version"]).await,
-        format!("Kubeless version: {}\n", env!("CARGO_PKG_VERSION"))
-    );
+    assert!(c.ok(&["version"]).await.starts_with(&format!(
+        "Kubeless version: {}\n",
+        env!("CARGO_PKG_VERSION")
+    )));
     for (shell, marker) in [
         ("bash", "complete -F"),
         ("zsh", "#compdef kubeless"),

@@ -95,6 +95,14 @@ impl DevCluster {
             state_dir,
             images_dir,
         } = options;
+        // Pods run in their own folders and mount volumes by path: a relative state dir would
+        // point somewhere else from inside each pod, so every path is made absolute first.
+        let absolute =
+            |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
+        let state_dir = absolute(state_dir)?;
+        let data_dir = data_dir.map(absolute).transpose()?;
+        let kubeconfig_path = kubeconfig_path.map(absolute).transpose()?;
+        let images_dir = images_dir.map(absolute).transpose()?;
         let logs_dir = state_dir.join("logs");
         let work_dir = state_dir.join("pods");
         for dir in [&state_dir, &logs_dir, &work_dir] {

@@ -35,17 +35,7 @@ impl Cluster {
             .await
             .expect("devcluster starts");
         let client = cluster.client().await.unwrap();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in kubeless_api::all() {
-            crds.create(&PostParams::default(), &crd).await.unwrap();
-        }
-        // The new resources are served once discovery knows them.
-        let fns: Api<kubeless_api::Function> = Api::default_namespaced(client.clone());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while fns.list(&ListParams::default()).await.is_err() {
-            assert!(Instant::now() < deadline, "CRDs not served");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        install_crds(&client).await;
         let kubeconfig = cluster.kubeconfig_path().to_path_buf();
         Self {
             dir,
@@ -182,6 +172,21 @@ impl Cluster {
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+}
+
+/// Installs the Kubeless CRDs and waits until they are served.
+pub async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kubeless_api::all() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    // The new resources are served once discovery knows them.
+    let fns: Api<kubeless_api::Function> = Api::default_namespaced(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fns.list(&ListParams::default()).await.is_err() {
+        assert!(Instant::now() < deadline, "CRDs not served");
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -82,12 +82,14 @@ fn check_replicas(dep: &Deployment) -> Result<(), BuildError> {
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// `.spec.runtime` is not in the catalogue.
-    #[error("runtime {runtime:?} is not in the runtime catalogue (known: {known})")]
+    #[error("runtime {runtime:?} is not in the runtime catalogue (known: {known}){hint}")]
     UnknownRuntime {
         /// The requested runtime.
         runtime: String,
         /// What the catalogue offers.
         known: String,
+        /// For one of Kubeless's runtime ids: `; ` and the runtime to use instead.
+        hint: String,
     },
     /// A field cannot be interpreted.
     #[error("invalid {field}: {message}")]
@@ -317,6 +319,9 @@ fn runtime_plan<'a>(
     let unknown = || BuildError::UnknownRuntime {
         runtime: runtime.to_string(),
         known: cfg.catalogue.known().join(", "),
+        hint: kubeless_api::legacy::refusal(runtime)
+            .map(|r| format!("; {r}"))
+            .unwrap_or_default(),
     };
     let resolved = match RuntimeRef::parse_with_ids(runtime, cfg.catalogue.ids()) {
         Ok(r) => cfg.catalogue.resolve(&r.id, &r.version),

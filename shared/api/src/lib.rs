@@ -16,6 +16,7 @@ mod error;
 pub mod function;
 pub mod hpa;
 pub mod labels;
+pub mod legacy;
 pub mod parse;
 pub mod schema;
 pub mod triggers;

@@ -34,7 +34,10 @@ impl Readiness {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    #[error("binding the admin server to {addr} failed")]
+    #[error(
+        "the admin server cannot listen on {addr}; choose another address with --admin-addr \
+         (or KUBELESS_ADMIN_ADDR), e.g. 127.0.0.1:0 for any free port"
+    )]
     Bind {
         addr: SocketAddr,
         #[source]

@@ -10,9 +10,10 @@ use crate::telemetry::{LogFormat, TelemetryConfig};
 
 /// Default address of the admin server (/metrics, /healthz, /readyz).
 ///
-/// Loopback so that a service started by hand never listens on every interface; the
+/// Loopback so that a service started by hand never listens on every interface, and port 0 (a
+/// free port, logged at start) so that several services run side by side on one machine; the
 /// Helm charts set `KUBELESS_ADMIN_ADDR=0.0.0.0:8081` so kubelet probes and Prometheus reach it.
-pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:8081";
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:0";
 
 /// Flags shared by every kubeless service. Every flag can also be set through its env variable.
 #[derive(Debug, Clone, Args)]
@@ -268,6 +269,14 @@ mod tests {
         assert!(cfg.watch_namespace.is_none());
         let cli = Cli::try_parse_from(["svc", "--leader-elect", "false"]).unwrap();
         assert!(cli.service.into_config("x").lease.is_none());
+    }
+
+    #[test]
+    fn default_admin_port_is_any_free_port() {
+        // Several services on one machine must not clash on a fixed default port.
+        let addr: SocketAddr = DEFAULT_ADMIN_ADDR.parse().unwrap();
+        assert!(addr.ip().is_loopback());
+        assert_eq!(addr.port(), 0);
     }
 
     #[test]

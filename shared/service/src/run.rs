@@ -103,6 +103,7 @@ where
     )
     .await
     .map_err(RunError::Admin)?;
+    tracing::info!(addr = %admin.local_addr(), "admin server (/metrics /healthz /readyz) listening");
 
     let mut kube_client = None;
     let mut election = None;

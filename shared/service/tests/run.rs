@@ -72,6 +72,15 @@ async fn busy_admin_port_is_an_error() {
     cfg.admin_addr = taken.local_addr().unwrap();
     let result = run_inner("test", cfg, |_ctx| async { Ok::<_, std::io::Error>(()) }).await;
     assert!(matches!(result, Err(RunError::Admin(_))), "{result:?}");
+    // The message names the flag to change.
+    let Err(RunError::Admin(e)) = result else {
+        unreachable!()
+    };
+    let text = e.to_string();
+    assert!(
+        text.contains("--admin-addr") && text.contains("KUBELESS_ADMIN_ADDR"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
