@@ -17,5 +17,10 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo build --bins"
 cargo build --workspace --bins --locked
 
+# The container images (buildah, no Docker daemon): the cold build's times and sizes are printed
+# here; integration-tests/tests/images.rs then rebuilds them (cached), checks and pushes them.
+log "images: scripts/images.sh build"
+bash scripts/images.sh build
+
 log "cargo test"
 cargo test --workspace --locked
