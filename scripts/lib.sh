@@ -46,7 +46,28 @@ ensure_cmd() {
   command -v "$1" >/dev/null 2>&1 || ensure_apt "$2"
 }
 
+# Image builds and containers without a Docker daemon (scripts/images.sh, the images test):
+# buildah, podman with runc (podman's crun fails on these hosts' hybrid cgroups), Debian's
+# docker-registry and debootstrap for the base image; containers.conf written once if missing.
+ensure_containers() {
+  ensure_apt buildah podman runc docker-registry debootstrap
+  local conf=/etc/containers/containers.conf
+  [ -f "$conf" ] && return 0
+  log "writing $conf (runc, cgroupfs, file events, rlimits)"
+  local sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo mkdir -p /etc/containers
+  printf '%s\n' \
+    '[containers]' \
+    'default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]' \
+    '' \
+    '[engine]' \
+    'runtime = "runc"' \
+    'cgroup_manager = "cgroupfs"' \
+    'events_logger = "file"' | $sudo tee "$conf" >/dev/null
+}
+
 ensure_tools() {
+  ensure_containers
   # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included).
   ensure_cmd kubectl kubernetes-client
   ensure_cmd nats-server nats-server

@@ -28,4 +28,7 @@ stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 # Tests start the real binaries (devcluster, the services, the runtime), so build them first.
 stage "cargo build --bins" cargo build --workspace --bins --locked
+# The container images (buildah, no Docker daemon): the cold build's times and sizes are printed
+# here; integration-tests/tests/images.rs then rebuilds them (cached), checks and pushes them.
+stage "images: scripts/images.sh build" bash scripts/images.sh build
 stage "cargo test" cargo test --workspace --locked

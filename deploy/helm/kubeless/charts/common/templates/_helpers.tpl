@@ -19,16 +19,137 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{/*
-The image of a service: global registry prefix, the subchart's repository, its tag or the global tag or the appVersion.
+An image reference from an image block (registry, repository, tag, digest) with the global
+fallbacks: registry from the block or global.imageRegistry; a digest wins over any tag; the tag
+from the block, global.imageTag or the chart's appVersion.
+Call with (dict "image" .Values.image "ctx" .).
 */}}
-{{- define "common.image" -}}
-{{- $registry := .Values.global.imageRegistry | default "" -}}
-{{- $tag := .Values.image.tag | default .Values.global.imageTag | default .Chart.AppVersion -}}
+{{- define "common.imageRef" -}}
+{{- $ctx := .ctx -}}
+{{- $image := .image -}}
+{{- $registry := $image.registry | default $ctx.Values.global.imageRegistry | default "" -}}
+{{- $name := $image.repository -}}
 {{- if $registry -}}
-{{- printf "%s/%s:%s" $registry .Values.image.repository $tag -}}
-{{- else -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
+{{- $name = printf "%s/%s" (trimSuffix "/" $registry) $name -}}
 {{- end -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $name $image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $name ($image.tag | default $ctx.Values.global.imageTag | default $ctx.Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The service's own image. */}}
+{{- define "common.image" -}}
+{{- include "common.imageRef" (dict "image" .Values.image "ctx" .) -}}
+{{- end -}}
+
+{{/* Pull policy: the subchart's image.pullPolicy, else global.imagePullPolicy. */}}
+{{- define "common.imagePullPolicy" -}}
+{{- .Values.image.pullPolicy | default .Values.global.imagePullPolicy | default "IfNotPresent" -}}
+{{- end -}}
+
+{{/* Pull secrets: the global list, then the subchart's own. */}}
+{{- define "common.imagePullSecrets" -}}
+{{- $secrets := concat (.Values.global.imagePullSecrets | default list) (.Values.imagePullSecrets | default list) -}}
+{{- with $secrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Namespace-scoped install: global.functionsNamespace set. Every rule of a service then goes into a
+Role in that namespace (no ClusterRole, no cluster-wide write) and the services watch only it.
+*/}}
+{{- define "common.namespaced" -}}
+{{- if .Values.global.functionsNamespace }}true{{ end -}}
+{{- end -}}
+
+{{/*
+A service's RBAC: the rules (YAML text with a comment per rule) in a ClusterRole bound
+cluster-wide, or, in a namespace-scoped install, in a Role bound in functionsNamespace.
+Call with (dict "ctx" . "rules" (include "<chart>.rules" .) "suffix" "").
+*/}}
+{{- define "common.rbac" -}}
+{{- $ctx := .ctx -}}
+{{- $name := printf "%s%s" (include "common.fullname" $ctx) (.suffix | default "") -}}
+{{- $namespaced := include "common.namespaced" $ctx -}}
+{{- $kind := ternary "Role" "ClusterRole" (eq $namespaced "true") -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ $kind }}
+metadata:
+  name: {{ $name }}
+  {{- if $namespaced }}
+  namespace: {{ $ctx.Values.global.functionsNamespace }}
+  {{- end }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+rules:
+{{ .rules | trim | indent 2 }}
+{{- if not .noBinding }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: {{ ternary "RoleBinding" "ClusterRoleBinding" (eq $namespaced "true") }}
+metadata:
+  name: {{ $name }}
+  {{- if $namespaced }}
+  namespace: {{ $ctx.Values.global.functionsNamespace }}
+  {{- end }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: {{ $kind }}
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "common.fullname" $ctx }}
+    namespace: {{ $ctx.Release.Namespace }}
+{{- end }}
+{{- end -}}
+
+{{/*
+A Role and RoleBinding in the release namespace: leader-election Leases and whatever else a
+service reads from its own namespace. Never a ClusterRole: the Lease lives next to the pods.
+Call with (dict "ctx" . "rules" (include "<chart>.ownNamespaceRules" .)).
+*/}}
+{{- define "common.releaseNamespaceRole" -}}
+{{- $ctx := .ctx -}}
+{{- $name := printf "%s-%s" (include "common.fullname" $ctx) "own-namespace" -}}
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+rules:
+{{ .rules | trim | indent 2 }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: {{ $name }}
+subjects:
+  - kind: ServiceAccount
+    name: {{ include "common.fullname" $ctx }}
+    namespace: {{ $ctx.Release.Namespace }}
+{{- end -}}
+
+{{/* The leader-election rule (Lease in the release namespace). */}}
+{{- define "common.leaseRule" -}}
+# Leader election: create the Lease once, read it, renew it or take it over.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
 {{- end -}}
 
 {{- define "common.serviceAccount" -}}
@@ -68,20 +189,31 @@ spec:
         prometheus.io/path: /metrics
     spec:
       serviceAccountName: {{ include "common.fullname" . }}
-      {{- with .Values.global.imagePullSecrets }}
-      imagePullSecrets:
-        {{- toYaml . | nindent 8 }}
-      {{- end }}
+      {{- include "common.imagePullSecrets" . | nindent 6 }}
+      # PodSecurity "restricted": non-root numeric user (65532, the images' user), RuntimeDefault seccomp.
       securityContext:
         runAsNonRoot: true
-        runAsUser: 1000
-        runAsGroup: 1000
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
         seccompProfile:
           type: RuntimeDefault
+      {{- with .Values.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       containers:
         - name: {{ .Chart.Name }}
           image: {{ include "common.image" . | quote }}
-          imagePullPolicy: {{ .Values.global.imagePullPolicy }}
+          imagePullPolicy: {{ include "common.imagePullPolicy" . }}
           {{- with .Values.args }}
           args:
             {{- toYaml . | nindent 12 }}
@@ -113,19 +245,134 @@ spec:
           ports:
             - name: admin
               containerPort: 8081
+          {{- $probes := .Values.global.probes }}
+          startupProbe:
+            httpGet:
+              path: /healthz
+              port: admin
+            periodSeconds: 2
+            failureThreshold: {{ $probes.startupFailureThreshold }}
           livenessProbe:
             httpGet:
               path: /healthz
               port: admin
+            periodSeconds: {{ $probes.periodSeconds }}
+            timeoutSeconds: {{ $probes.timeoutSeconds }}
+            failureThreshold: {{ $probes.failureThreshold }}
           readinessProbe:
             httpGet:
               path: /readyz
               port: admin
+            periodSeconds: {{ $probes.periodSeconds }}
+            timeoutSeconds: {{ $probes.timeoutSeconds }}
           resources:
             {{- toYaml .Values.resources | nindent 12 }}
           securityContext:
             allowPrivilegeEscalation: false
             readOnlyRootFilesystem: true
+            runAsNonRoot: true
             capabilities:
               drop: ["ALL"]
+{{- end -}}
+
+{{/*
+The optional objects every service gets from global values: a PodDisruptionBudget, a
+NetworkPolicy (admin port from the release namespace and global.networkPolicy.metricsFrom; the
+ports in .openPorts from anywhere) and, for the Prometheus Operator, a metrics Service with a
+ServiceMonitor. Call with (dict "ctx" . "openPorts" (list)).
+*/}}
+{{- define "common.extras" -}}
+{{- $ctx := .ctx -}}
+{{- $g := $ctx.Values.global -}}
+{{- $name := include "common.fullname" $ctx -}}
+{{- if $g.podDisruptionBudget.enabled }}
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+spec:
+  maxUnavailable: {{ $g.podDisruptionBudget.maxUnavailable }}
+  selector:
+    matchLabels:
+      {{- include "common.selectorLabels" $ctx | nindent 6 }}
+{{- end }}
+{{- if $g.networkPolicy.enabled }}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "common.selectorLabels" $ctx | nindent 6 }}
+  # Ingress only: the services call the API server, brokers and functions (egress stays open).
+  policyTypes: ["Ingress"]
+  ingress:
+    # Admin port (/metrics, probes): pods of the release namespace and the configured scrapers.
+    - ports:
+        - port: admin
+          protocol: TCP
+      from:
+        - podSelector: {}
+        {{- with $g.networkPolicy.metricsFrom }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+    {{- range .openPorts }}
+    # Served to clients anywhere (e.g. the HTTP gateway).
+    - ports:
+        - port: {{ . }}
+          protocol: TCP
+    {{- end }}
+{{- end }}
+{{- if $g.serviceMonitor.enabled }}
+---
+# Headless Service for the admin port, which the ServiceMonitor selects.
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ $name }}-metrics
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+    app.kubernetes.io/component: metrics
+spec:
+  clusterIP: None
+  selector:
+    {{- include "common.selectorLabels" $ctx | nindent 4 }}
+  ports:
+    - name: admin
+      port: 8081
+      targetPort: admin
+      protocol: TCP
+---
+apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "common.labels" $ctx | nindent 4 }}
+    {{- with $g.serviceMonitor.labels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  selector:
+    matchLabels:
+      {{- include "common.selectorLabels" $ctx | nindent 6 }}
+      app.kubernetes.io/component: metrics
+  namespaceSelector:
+    matchNames: [{{ $ctx.Release.Namespace | quote }}]
+  endpoints:
+    - port: admin
+      path: /metrics
+      interval: {{ $g.serviceMonitor.interval }}
+{{- end }}
 {{- end -}}

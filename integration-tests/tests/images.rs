@@ -1,0 +1,482 @@
+//! The container images, built by scripts/images.sh with buildah (no Docker daemon) from the
+//! Dockerfiles in the repo: a rebuild with unchanged inputs is cached, the Rust service images are
+//! a minimal root filesystem of at most 30 MB with no shell or build tool, every image runs as the
+//! numeric user 65532 and carries the OCI labels, and the images pushed to Debian's
+//! docker-registry on loopback run with podman from there.
+//!
+//! Needs buildah, podman, runc, docker-registry and debootstrap (scripts/lib.sh ensure_tools
+//! installs them) and root. scripts/test.sh runs `scripts/images.sh build` before `cargo test`
+//! (the cold build, whose times it prints); this test rebuilds (cached) and checks the result.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    process::{Command, Output},
+    time::Instant,
+};
+
+use integration_tests::repo_root;
+
+const MAX_SERVICE_IMAGE_BYTES: u64 = 30 * 1000 * 1000;
+
+fn script() -> PathBuf {
+    repo_root().join("scripts/images.sh")
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn require_tools() {
+    for tool in [
+        "buildah",
+        "podman",
+        "runc",
+        "docker-registry",
+        "debootstrap",
+    ] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(
+            found,
+            "{tool} is missing: `source scripts/lib.sh && ensure_containers` (or apt-get install buildah podman runc docker-registry debootstrap); scripts/test.sh does it"
+        );
+    }
+}
+
+/// `NAME TAG DOCKERFILE` of every image.
+fn names() -> Vec<(String, String)> {
+    let out = run(Command::new("bash").arg(script()).arg("names"));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next().unwrap().to_string(), f.next().unwrap().to_string())
+        })
+        .collect()
+}
+
+fn inspect(reference: &str) -> serde_json::Value {
+    let out = run(Command::new("podman").args(["image", "inspect", reference]));
+    let mut v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0].take()
+}
+
+/// The file paths in an image's root filesystem.
+fn files(reference: &str) -> Vec<String> {
+    let id =
+        String::from_utf8_lossy(&run(Command::new("podman").args(["create", reference])).stdout)
+            .trim()
+            .to_string();
+    let out = run(Command::new("sh").args([
+        "-c",
+        &format!("podman export {id} | tar -t; podman rm -f {id} >/dev/null"),
+    ]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("./").to_string())
+        .collect()
+}
+
+fn is_rust_service(name: &str) -> bool {
+    !name.starts_with("runtime-")
+}
+
+#[test]
+fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
+    require_tools();
+    // The images were built cold by scripts/test.sh; this rebuild must reuse every layer.
+    let start = Instant::now();
+    let out = run(Command::new("bash")
+        .arg(script())
+        .arg("build")
+        .env("KUBELESS_IMAGE_SKIP_CARGO", "1"));
+    let cached = start.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    println!("{stdout}");
+    println!(
+        "cached rebuild of every image: {:.1} s",
+        cached.as_secs_f64()
+    );
+    assert!(
+        cached.as_secs() < 120,
+        "a rebuild with unchanged inputs took {cached:?}: layers are not cached"
+    );
+
+    let mut built = BTreeMap::new();
+    for line in stdout.lines().filter(|l| l.starts_with("IMAGE ")) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        built.insert(
+            f[1].to_string(),
+            (f[2].to_string(), f[3].parse::<u64>().unwrap()),
+        );
+    }
+    let expected = names();
+    assert_eq!(built.len(), expected.len(), "every image built: {stdout}");
+
+    let revision = String::from_utf8_lossy(
+        &run(Command::new("git")
+            .arg("-C")
+            .arg(repo_root())
+            .args(["rev-parse", "HEAD"]))
+        .stdout,
+    )
+    .trim()
+    .to_string();
+    for (name, (reference, size)) in &built {
+        println!("image {name}: {:.1} MB", *size as f64 / 1e6);
+        let info = inspect(reference);
+        let config = &info["Config"];
+        assert_eq!(config["User"], "65532:65532", "{name} runs as user 65532");
+        let labels = &config["Labels"];
+        for label in ["source", "version", "revision", "title"] {
+            let key = format!("org.opencontainers.image.{label}");
+            assert!(
+                labels[&key].as_str().is_some_and(|v| !v.is_empty()),
+                "{name}: label {key}"
+            );
+        }
+        assert_eq!(
+            labels["org.opencontainers.image.revision"],
+            revision.as_str()
+        );
+        let paths = files(reference);
+        for tool in ["cargo", "rustc", "gcc", "cc", "ld"] {
+            assert!(
+                !paths.iter().any(|p| p.ends_with(&format!("bin/{tool}"))),
+                "{name} ships the build tool {tool}"
+            );
+        }
+        if is_rust_service(name) {
+            assert!(
+                *size <= MAX_SERVICE_IMAGE_BYTES,
+                "{name} is {size} bytes, over 30 MB"
+            );
+            for absent in ["bin/sh", "usr/bin/apt", "usr/bin/dpkg", "bin/bash"] {
+                assert!(
+                    !paths.iter().any(|p| p == absent),
+                    "{name} has {absent}: not a minimal root filesystem"
+                );
+            }
+            for present in ["etc/ssl/certs/ca-certificates.crt", "etc/passwd"] {
+                assert!(paths.iter().any(|p| p == present), "{name} lacks {present}");
+            }
+        }
+    }
+
+    // Push to Debian's docker-registry on loopback and run each image from there.
+    let dir = std::env::temp_dir().join(format!("kubeless-registry-{}", std::process::id()));
+    let registry = String::from_utf8_lossy(
+        &run(Command::new("bash")
+            .arg(script())
+            .arg("registry-start")
+            .arg(&dir))
+        .stdout,
+    )
+    .trim()
+    .to_string();
+    let result = std::panic::catch_unwind(|| {
+        let out = run(Command::new("bash")
+            .arg(script())
+            .arg("push")
+            .arg(&registry));
+        let pushed = String::from_utf8_lossy(&out.stdout).to_string();
+        println!("{pushed}");
+        assert_eq!(
+            pushed.lines().filter(|l| l.starts_with("PUSHED ")).count(),
+            built.len()
+        );
+        for (name, tag) in &expected {
+            let remote = format!("{registry}/kubeless-rs/{name}:{tag}");
+            // Remove any local copy so podman really pulls from the registry.
+            let _ = Command::new("podman").args(["rmi", "-f", &remote]).output();
+            run(Command::new("podman").args(["pull", "--quiet", "--tls-verify=false", &remote]));
+            let out = run(Command::new("podman").args([
+                "run",
+                "--rm",
+                "--network",
+                "host",
+                "--read-only",
+                "--cap-drop",
+                "ALL",
+                &remote,
+                "--help",
+            ]));
+            let help = String::from_utf8_lossy(&out.stdout);
+            assert!(help.contains("Usage"), "{name} --help: {help}");
+            if name == "runtime-python" {
+                let out = run(Command::new("podman").args([
+                    "run",
+                    "--rm",
+                    "--network",
+                    "host",
+                    "--entrypoint",
+                    "python3",
+                    &remote,
+                    "-c",
+                    "import sys, pip; print(sys.version_info[:2])",
+                ]));
+                assert!(String::from_utf8_lossy(&out.stdout).contains("(3, 11)"));
+            }
+            if name == "runtime-nodejs" {
+                let out = run(Command::new("podman").args([
+                    "run",
+                    "--rm",
+                    "--network",
+                    "host",
+                    "--entrypoint",
+                    "node",
+                    &remote,
+                    "-e",
+                    "console.log(process.versions.node)",
+                ]));
+                let version = String::from_utf8_lossy(&out.stdout);
+                assert!(version.starts_with(&format!("{tag}.")), "node {version}");
+            }
+        }
+    });
+    let _ = Command::new("bash")
+        .arg(script())
+        .arg("registry-stop")
+        .arg(&dir)
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// `<target>/debug` of this test binary (`<target>/debug/deps/images-<hash>`).
+fn debug_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .to_path_buf()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Resident memory of a process, from /proc (KiB).
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+    if s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut buf = String::new();
+    let _ = s.read_to_string(&mut buf);
+    buf.starts_with("HTTP/1.1 200")
+}
+
+fn wait_healthy(port: u16) -> bool {
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if healthy(port) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+    false
+}
+
+/// Each service idle in its container (podman, the image's user, read-only root), against
+/// devcluster's API with the CRDs: it must answer /healthz; its resident memory is printed next
+/// to the same binary run as a plain process (the baseline of the same run).
+#[test]
+fn idle_memory_of_each_service_in_its_container() {
+    require_tools();
+    let devcluster = debug_dir().join("devcluster");
+    assert!(
+        devcluster.exists(),
+        "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+        devcluster.display()
+    );
+    let bins = debug_dir().parent().unwrap().join("image");
+    let dir = std::env::temp_dir().join(format!("kubeless-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let mut cluster = Command::new(&devcluster)
+        .args(["up", "--no-runner", "--state-dir"])
+        .arg(dir.join("state"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let result = std::panic::catch_unwind(|| {
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        while !kubeconfig.exists() && Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        run(Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "-f"])
+            .arg(repo_root().join("deploy/crds")));
+        // The image's user must be able to read it.
+        let shared = dir.join("kubeconfig.shared");
+        std::fs::copy(&kubeconfig, &shared).unwrap();
+        run(Command::new("chmod").arg("0644").arg(&shared));
+
+        let services = [
+            ("function-controller", "function-controller"),
+            ("http-trigger-controller", "http-trigger-controller"),
+            ("cronjob-trigger-controller", "cronjob-trigger-controller"),
+            ("nats-trigger", "nats-trigger"),
+            ("kafka-trigger", "kafka-trigger"),
+            ("kinesis-trigger", "kinesis-trigger"),
+        ];
+        let mut report = Vec::new();
+        for (image, binary) in services {
+            let tag = names()
+                .into_iter()
+                .find(|(n, _)| n == image)
+                .map(|(_, t)| t)
+                .unwrap();
+            let reference = format!("localhost/kubeless-rs/{image}:{tag}");
+            let env = |port: u16| {
+                vec![
+                    (
+                        "KUBELESS_ADMIN_ADDR".to_string(),
+                        format!("127.0.0.1:{port}"),
+                    ),
+                    ("KUBELESS_LOG_FORMAT".to_string(), "json".to_string()),
+                    // Unreachable brokers: the services stay up and retry in the background.
+                    (
+                        "NATS_URL".to_string(),
+                        format!("nats://127.0.0.1:{}", free_port()),
+                    ),
+                    (
+                        "KAFKA_BROKERS".to_string(),
+                        format!("127.0.0.1:{}", free_port()),
+                    ),
+                ]
+            };
+
+            // Baseline: the same binary as a plain process.
+            let port = free_port();
+            let mut plain = Command::new(bins.join(binary))
+                .env("KUBECONFIG", &shared)
+                .envs(env(port))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            let plain_ok = wait_healthy(port);
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            let plain_rss = rss_kib(plain.id());
+            let _ = plain.kill();
+            let _ = plain.wait();
+
+            let port = free_port();
+            let name = format!("kubeless-idle-{image}-{}", std::process::id());
+            let mut args: Vec<String> = [
+                "run",
+                "-d",
+                "--name",
+                &name,
+                "--network",
+                "host",
+                "--read-only",
+                "--cap-drop",
+                "ALL",
+                "--security-opt",
+                "no-new-privileges",
+                "-v",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.push(format!("{}:/etc/kubeless/kubeconfig:ro", shared.display()));
+            args.push("-e".into());
+            args.push("KUBECONFIG=/etc/kubeless/kubeconfig".into());
+            for (k, v) in env(port) {
+                args.push("-e".into());
+                args.push(format!("{k}={v}"));
+            }
+            args.push(reference.clone());
+            run(Command::new("podman").args(&args));
+            let ok = wait_healthy(port);
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            let pid: Option<u32> = Command::new("podman")
+                .args(["inspect", "--format", "{{.State.Pid}}", &name])
+                .output()
+                .ok()
+                .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok());
+            let rss = pid.and_then(rss_kib);
+            let logs = Command::new("podman")
+                .args(["logs", "--tail", "5", &name])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+                .unwrap_or_default();
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "2", &name])
+                .output();
+            let mib = |k: Option<u64>| {
+                k.map_or("-".to_string(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+            };
+            report.push(format!(
+                "{image}: idle in its container {} (plain process {}){}",
+                mib(rss),
+                mib(plain_rss),
+                if rss.is_some_and(|k| k > 10 * 1024) {
+                    "  [over the 10 MiB goal]"
+                } else {
+                    ""
+                }
+            ));
+            assert!(
+                plain_ok,
+                "{image} as a plain process never answered /healthz"
+            );
+            assert!(
+                ok,
+                "{image} in its container never answered /healthz:\n{logs}"
+            );
+            assert!(rss.is_some(), "{image}: no resident memory read");
+        }
+        println!("{}", report.join("\n"));
+    });
+    let _ = cluster.kill();
+    let _ = cluster.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
