@@ -316,7 +316,7 @@ mod tests {
             "kubeless-rs/runtime-java:17"
         );
         assert_eq!(java.info.file_name_suffix, ".java");
-        assert_eq!(c.known().len(), 6);
+        assert_eq!(c.known().len(), 8);
     }
 
     #[test]
