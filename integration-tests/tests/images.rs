@@ -316,6 +316,11 @@ fn idle_memory_of_each_service_in_its_container() {
         devcluster.display()
     );
     let bins = target_debug_dir().parent().unwrap().join("image");
+    assert!(
+        bins.join("function-controller").exists(),
+        "{} has no binaries: run `scripts/images.sh build` first (scripts/test.sh does)",
+        bins.display()
+    );
     let dir = std::env::temp_dir().join(format!("kubeless-idle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
