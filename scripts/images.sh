@@ -133,12 +133,17 @@ cmd_build() {
       echo "runtime-nodejs needs node (20 or 22) on PATH to copy into the image" >&2
       exit 1
     fi
+    # The labels also go on the command line: buildah 1.28's layer cache does not see a changed
+    # build argument, so a cached LABEL layer would keep the previous commit's revision.
     local start ref="localhost/kubeless-rs/$name:$tag"
     start="$(now)"
     buildah bud --quiet --isolation chroot --layers \
       --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "VERSION=$VERSION" \
       --build-arg "REVISION=$REVISION" --build-arg "SOURCE=$SOURCE" \
       --build-arg "NODE_VERSION=$tag" \
+      --label "org.opencontainers.image.version=$VERSION" \
+      --label "org.opencontainers.image.revision=$REVISION" \
+      --label "org.opencontainers.image.source=$SOURCE" \
       -f "$ROOT/$dockerfile" -t "$ref" "$ctx" >/dev/null
     echo "IMAGE $name $ref $(image_size "$ref") $(since "$start")s"
   done

@@ -10,6 +10,15 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".."))
 }
 
+/// `<target>/debug` of the running test binary (`<target>/debug/deps/<test>-<hash>`): where
+/// `cargo build --workspace --bins` left the binaries the tests start.
+pub fn target_debug_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.to_path_buf()))
+        .unwrap_or_else(|| PathBuf::from("target/debug"))
+}
+
 /// Splits a multi-document YAML text into JSON values, skipping empty documents.
 pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml::Error> {
     let mut docs = Vec::new();

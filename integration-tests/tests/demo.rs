@@ -3,22 +3,13 @@
 //! --workspace --bins` left in this test's target dir (scripts/test.sh builds them first).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{path::PathBuf, process::Command, time::Duration};
+use std::{process::Command, time::Duration};
 
-use integration_tests::repo_root;
-
-/// `<target>/debug` of this test binary (`<target>/debug/deps/demo-<hash>`).
-fn debug_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .to_path_buf()
-}
+use integration_tests::{repo_root, target_debug_dir};
 
 #[test]
 fn demo_script_deploys_and_calls_the_example_function() {
-    let debug = debug_dir();
+    let debug = target_debug_dir();
     for bin in [
         "devcluster",
         "kubeless-runtime",

@@ -16,7 +16,7 @@ use std::{
     time::Instant,
 };
 
-use integration_tests::repo_root;
+use integration_tests::{repo_root, target_debug_dir};
 
 const MAX_SERVICE_IMAGE_BYTES: u64 = 30 * 1000 * 1000;
 
@@ -256,15 +256,6 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
     }
 }
 
-/// `<target>/debug` of this test binary (`<target>/debug/deps/images-<hash>`).
-fn debug_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent()
-        .and_then(|deps| deps.parent())
-        .unwrap()
-        .to_path_buf()
-}
-
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -318,13 +309,18 @@ fn wait_healthy(port: u16) -> bool {
 #[test]
 fn idle_memory_of_each_service_in_its_container() {
     require_tools();
-    let devcluster = debug_dir().join("devcluster");
+    let devcluster = target_debug_dir().join("devcluster");
     assert!(
         devcluster.exists(),
         "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
         devcluster.display()
     );
-    let bins = debug_dir().parent().unwrap().join("image");
+    let bins = target_debug_dir().parent().unwrap().join("image");
+    assert!(
+        bins.join("function-controller").exists(),
+        "{} has no binaries: run `scripts/images.sh build` first (scripts/test.sh does)",
+        bins.display()
+    );
     let dir = std::env::temp_dir().join(format!("kubeless-idle-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
