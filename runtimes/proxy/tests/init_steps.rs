@@ -282,6 +282,28 @@ fn install(runtime: &str, deps: &Path, dir: &Path) -> Output {
         .unwrap()
 }
 
+/// Serve the fixture's `uses_dep` from `vol` and call it once.
+async fn call_uses_dep(lang: Lang, vol: &Path) -> String {
+    let rt = Runtime::start(
+        lang,
+        Opts {
+            handler: "uses_dep",
+            volume: Some(vol.to_path_buf()),
+            workers: 1,
+            ..Opts::default()
+        },
+    )
+    .await;
+    client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Copy the fixture functions into a fresh install volume.
 fn volume_with_fixture(lang: Lang) -> tempfile::TempDir {
     let vol = tempfile::tempdir().unwrap();
@@ -304,25 +326,7 @@ async fn install_requirements_txt_and_use_it() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rt = Runtime::start(
-        Lang::Python,
-        Opts {
-            handler: "uses_dep",
-            volume: Some(vol.path().to_path_buf()),
-            workers: 1,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let body = client()
-        .get(rt.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(body, "six 1.16.0");
+    assert_eq!(call_uses_dep(Lang::Python, vol.path()).await, "six 1.16.0");
 }
 
 #[tokio::test]
@@ -346,25 +350,10 @@ async fn install_package_json_and_use_it() {
             .join("node_modules/is-number/package.json")
             .exists()
     );
-    let rt = Runtime::start(
-        Lang::Nodejs,
-        Opts {
-            handler: "uses_dep",
-            volume: Some(vol.path().to_path_buf()),
-            workers: 1,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let body = client()
-        .get(rt.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(body, "is-number true");
+    assert_eq!(
+        call_uses_dep(Lang::Nodejs, vol.path()).await,
+        "is-number true"
+    );
 }
 
 #[test]
@@ -473,25 +462,10 @@ async fn install_gemfile_with_bundler_and_use_it() {
     });
     assert!(installed, "kl_greeter is not under {}", gems.display());
     assert!(vol.path().join("Gemfile.lock").is_file());
-    let rt = Runtime::start(
-        Lang::Ruby,
-        Opts {
-            handler: "uses_dep",
-            volume: Some(vol.path().to_path_buf()),
-            workers: 1,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let body = client()
-        .get(rt.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(body, "hello gem from kl_greeter 1.0.0");
+    assert_eq!(
+        call_uses_dep(Lang::Ruby, vol.path()).await,
+        "hello gem from kl_greeter 1.0.0"
+    );
 }
 
 #[test]
@@ -547,25 +521,10 @@ async fn install_composer_json_and_use_it() {
                 .is_symlink()
     );
     assert!(vol.path().join("vendor/autoload.php").is_file());
-    let rt = Runtime::start(
-        Lang::Php,
-        Opts {
-            handler: "uses_dep",
-            volume: Some(vol.path().to_path_buf()),
-            workers: 1,
-            ..Opts::default()
-        },
-    )
-    .await;
-    let body = client()
-        .get(rt.url("/"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert_eq!(body, "hello composer from kl-greeter 1.0.0");
+    assert_eq!(
+        call_uses_dep(Lang::Php, vol.path()).await,
+        "hello composer from kl-greeter 1.0.0"
+    );
 }
 
 #[test]

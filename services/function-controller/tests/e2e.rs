@@ -263,22 +263,39 @@ async fn ruby_and_php_deploy_and_call() {
     .await;
     let zip = zip_of(&[(
         "hello.php",
-        "<?php\nfunction handler($event, $context) {\n    return 'hello from ' . $context['runtime'];\n}\n",
+        "<?php\nfunction handler($event, $context) {\n    return \\KlGreeter\\Greeter::greet($context['runtime']);\n}\n",
     )]);
-    env.create(function(
+    let mut php = function(
         "phphi",
         "php8.2",
         "hello.handler",
         "base64+zip",
         &B64.encode(zip),
-    ))
-    .await;
+    );
+    // composer installs the runtime tests' fixture package from a path repository (no Packagist here).
+    let package = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../runtimes/proxy/tests/fixtures/deps/kl-greeter-php");
+    php["spec"]["deps"] = json!(
+        json!({
+            "require": {"kubeless-rs/kl-greeter": "1.0.0"},
+            "repositories": [
+                {"type": "path", "url": package.canonicalize().unwrap(), "options": {"symlink": false}},
+                {"packagist.org": false}
+            ]
+        })
+        .to_string()
+    );
+    env.create(php).await;
     env.wait_ready("rbhi").await;
     env.wait_answer("rbhi", "hello from ruby3.1", Duration::from_secs(20))
         .await;
     env.wait_ready("phphi").await;
-    env.wait_answer("phphi", "hello from php8.2", Duration::from_secs(20))
-        .await;
+    env.wait_answer(
+        "phphi",
+        "hello php8.2 from kl-greeter 1.0.0",
+        Duration::from_secs(20),
+    )
+    .await;
     assert_all_gone(&env, "rbhi").await;
     assert_all_gone(&env, "phphi").await;
     env.shutdown().await;

@@ -151,6 +151,25 @@ fn compiled_fixture(lang: Lang, handler: &str) -> PathBuf {
     dir
 }
 
+/// Fails with how to get the language when its interpreter is not on PATH.
+pub fn require_interpreter(lang: Lang) {
+    let (cmd, how) = match lang {
+        Lang::Python => ("python3", "apt-get install python3"),
+        Lang::Nodejs => ("node", "apt-get install nodejs npm"),
+        Lang::Ruby => ("ruby", "apt-get install ruby ruby-bundler"),
+        Lang::Php => ("php", "apt-get install php-cli composer"),
+        Lang::Go => ("go", "apt-get install golang"),
+        Lang::Java => ("javac", "apt-get install openjdk-17-jdk-headless maven"),
+    };
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(cmd).is_file()))
+        .unwrap_or(false);
+    assert!(
+        found,
+        "`{cmd}` is not on PATH: {how} (scripts/lib.sh ensure_tools installs it)"
+    );
+}
+
 pub fn runtimes_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -240,6 +259,7 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
 
 impl Runtime {
     pub async fn start(lang: Lang, opts: Opts<'_>) -> Runtime {
+        require_interpreter(lang);
         let port = free_port();
         let logs = tempfile::tempdir().unwrap();
         let mut cmd = serve_command(lang, &opts, port);
