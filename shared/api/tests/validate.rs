@@ -285,3 +285,43 @@ fn every_fixture_manifest_passes() {
     }
     assert!(checked >= 20, "only {checked} fixtures found");
 }
+
+/// Every CEL rule in our CRDs stays in the scope a CRD rule may use and under kube-cel's
+/// estimate of the Kubernetes cost budget (a coarse check: the real server computes its own).
+#[test]
+fn cel_rules_are_in_scope_and_cheap() {
+    fn walk(node: &Value, found: &mut Vec<(String, Value)>) {
+        let Some(map) = node.as_object() else { return };
+        if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+            for r in rules {
+                found.push((r["rule"].as_str().unwrap().to_string(), node.clone()));
+            }
+        }
+        for key in ["properties", "additionalProperties", "items"] {
+            match map.get(key) {
+                Some(Value::Object(m)) if key == "properties" => {
+                    m.values().for_each(|c| walk(c, found))
+                }
+                Some(child) => walk(child, found),
+                None => {}
+            }
+        }
+    }
+    let mut rules = Vec::new();
+    for crd in kubeless_api::all() {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        walk(&schema["openAPIV3Schema"], &mut rules);
+    }
+    assert!(rules.len() >= 4, "{} rules", rules.len());
+    for (rule, node) in rules {
+        let compiled = kube_cel::compile_schema(&node);
+        assert!(!compiled.has_errors(), "{rule} does not compile");
+        let warnings =
+            kube_cel::analyze_rule(&rule, &compiled, kube_cel::ScopeContext::CrdValidation);
+        let serious: Vec<_> = warnings
+            .iter()
+            .filter(|w| !matches!(w.kind, kube_cel::WarningKind::MissingBounds))
+            .collect();
+        assert!(serious.is_empty(), "{rule}: {serious:?}");
+    }
+}
