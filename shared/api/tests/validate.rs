@@ -325,3 +325,44 @@ fn cel_rules_are_in_scope_and_cheap() {
         assert!(serious.is_empty(), "{rule}: {serious:?}");
     }
 }
+
+/// Cost of validating a Function in process (what the CLI and devcluster pay per write):
+/// structural checks alone (the CRD with its CEL rules stripped) as the baseline, then with the
+/// CEL rules. Prints numbers; run with
+/// `cargo test -p kubeless-api --release --test validate -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement, not a pass/fail test"]
+fn measure_validation_cost() {
+    fn strip_rules(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("x-kubernetes-validations");
+                m.values_mut().for_each(strip_rules);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip_rules),
+            _ => {}
+        }
+    }
+    use kube::CustomResourceExt;
+    let crd =
+        serde_json::to_value(&Function::crd().spec.versions[0].schema).unwrap()["openAPIV3Schema"]
+            .clone();
+    let mut bare = crd.clone();
+    strip_rules(&mut bare);
+    let with_cel = validate::CrdSchema::new(crd);
+    let without = validate::CrdSchema::new(bare);
+    let obj = serde_json::to_value(function("hello", base_spec())).unwrap();
+    const N: u32 = 500;
+    for (label, schema) in [
+        ("structural only (baseline)", &without),
+        ("structural + CEL", &with_cel),
+    ] {
+        let start = std::time::Instant::now();
+        for _ in 0..N {
+            let mut o = obj.clone();
+            assert!(schema.validate(&mut o, None).is_empty());
+        }
+        let per = start.elapsed() / N;
+        println!("{label}: {per:?} per Function");
+    }
+}
