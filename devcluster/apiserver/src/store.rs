@@ -122,7 +122,8 @@ fn parse_rv(s: &str) -> Option<u64> {
     s.parse().ok()
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// A DNS-1123 label: at most 63 lower case alphanumerics or '-', alphanumeric at both ends.
+pub(crate) fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

@@ -30,10 +30,11 @@ async fn cronjob_fires_and_keeps_history_limits() {
     let client = h.client.clone();
     let cjs: Api<CronJob> = Api::namespaced(client.clone(), NS);
     cjs.create(&PostParams::default(), &serde_json::from_value(json!({
-        "metadata": {"name": "tick"},
+        // Every 2 seconds: devcluster's schedule annotation (the API server, like a real one,
+        // takes only five fields in spec.schedule).
+        "metadata": {"name": "tick", "annotations": {"devcluster.kubeless.io/schedule": "*/2 * * * * *"}},
         "spec": {
-            // Every 2 seconds (devcluster's optional seconds field).
-            "schedule": "*/2 * * * * *",
+            "schedule": "* * * * *",
             "concurrencyPolicy": "Forbid",
             "successfulJobsHistoryLimit": 2,
             "jobTemplate": {"spec": {"template": {"spec": {

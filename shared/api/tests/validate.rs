@@ -285,3 +285,84 @@ fn every_fixture_manifest_passes() {
     }
     assert!(checked >= 20, "only {checked} fixtures found");
 }
+
+/// Every CEL rule in our CRDs stays in the scope a CRD rule may use and under kube-cel's
+/// estimate of the Kubernetes cost budget (a coarse check: the real server computes its own).
+#[test]
+fn cel_rules_are_in_scope_and_cheap() {
+    fn walk(node: &Value, found: &mut Vec<(String, Value)>) {
+        let Some(map) = node.as_object() else { return };
+        if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+            for r in rules {
+                found.push((r["rule"].as_str().unwrap().to_string(), node.clone()));
+            }
+        }
+        for key in ["properties", "additionalProperties", "items"] {
+            match map.get(key) {
+                Some(Value::Object(m)) if key == "properties" => {
+                    m.values().for_each(|c| walk(c, found))
+                }
+                Some(child) => walk(child, found),
+                None => {}
+            }
+        }
+    }
+    let mut rules = Vec::new();
+    for crd in kubeless_api::all() {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        walk(&schema["openAPIV3Schema"], &mut rules);
+    }
+    assert!(rules.len() >= 4, "{} rules", rules.len());
+    for (rule, node) in rules {
+        let compiled = kube_cel::compile_schema(&node);
+        assert!(!compiled.has_errors(), "{rule} does not compile");
+        let warnings =
+            kube_cel::analyze_rule(&rule, &compiled, kube_cel::ScopeContext::CrdValidation);
+        let serious: Vec<_> = warnings
+            .iter()
+            .filter(|w| !matches!(w.kind, kube_cel::WarningKind::MissingBounds))
+            .collect();
+        assert!(serious.is_empty(), "{rule}: {serious:?}");
+    }
+}
+
+/// Cost of validating a Function in process (what the CLI and devcluster pay per write):
+/// structural checks alone (the CRD with its CEL rules stripped) as the baseline, then with the
+/// CEL rules. Prints numbers; run with
+/// `cargo test -p kubeless-api --release --test validate -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement, not a pass/fail test"]
+fn measure_validation_cost() {
+    fn strip_rules(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("x-kubernetes-validations");
+                m.values_mut().for_each(strip_rules);
+            }
+            Value::Array(a) => a.iter_mut().for_each(strip_rules),
+            _ => {}
+        }
+    }
+    use kube::CustomResourceExt;
+    let crd =
+        serde_json::to_value(&Function::crd().spec.versions[0].schema).unwrap()["openAPIV3Schema"]
+            .clone();
+    let mut bare = crd.clone();
+    strip_rules(&mut bare);
+    let with_cel = validate::CrdSchema::new(crd);
+    let without = validate::CrdSchema::new(bare);
+    let obj = serde_json::to_value(function("hello", base_spec())).unwrap();
+    const N: u32 = 500;
+    for (label, schema) in [
+        ("structural only (baseline)", &without),
+        ("structural + CEL", &with_cel),
+    ] {
+        let start = std::time::Instant::now();
+        for _ in 0..N {
+            let mut o = obj.clone();
+            assert!(schema.validate(&mut o, None).is_empty());
+        }
+        let per = start.elapsed() / N;
+        println!("{label}: {per:?} per Function");
+    }
+}
