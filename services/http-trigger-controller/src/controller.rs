@@ -58,28 +58,21 @@ pub async fn run(
     // Triggers and Functions are watched guarded: one object that does not deserialize costs
     // only itself (it is marked InvalidSpec) instead of stopping the whole watch.
     type Guarded<K> = DeserializeGuard<K>;
-    let api_in = |c: &Client| -> (
-        Api<Guarded<HttpTrigger>>,
-        Api<Guarded<Function>>,
-        Api<Service>,
-        Api<Ingress>,
-    ) {
-        match namespace.as_deref() {
-            Some(ns) => (
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-                Api::namespaced(c.clone(), ns),
-            ),
-            None => (
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-            ),
+    fn api_of<K>(c: &Client, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(c.clone(), ns),
+            None => Api::all(c.clone()),
         }
-    };
-    let (triggers, functions, services, ingresses) = api_in(&client);
+    }
+    let ns = namespace.as_deref();
+    let triggers: Api<Guarded<HttpTrigger>> = api_of(&client, ns);
+    let functions: Api<Guarded<Function>> = api_of(&client, ns);
+    let services: Api<Service> = api_of(&client, ns);
+    let ingresses: Api<Ingress> = api_of(&client, ns);
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{reflector, watcher};
 use kube::{Api, Resource};
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, KinesisTrigger, KinesisTriggerStatus};
@@ -19,6 +20,8 @@ use tokio_util::sync::CancellationToken;
 use crate::plan::{TriggerKey, TriggerPlan, plan};
 use crate::trigger::{ReaderState, Shared, TriggerReader};
 
+/// Field manager of status writes and reporting controller of Events.
+pub const FIELD_MANAGER: &str = "kubeless-kinesis-trigger";
 /// Pause after a change before recomputing, so a burst of watch events costs one pass.
 const DEBOUNCE: Duration = Duration::from_millis(50);
 
@@ -37,8 +40,17 @@ impl Reconciler {
     /// Runs until `shutdown`, then stops every reader (their checkpoints are flushed).
     pub async fn run(self, shutdown: CancellationToken, synced: impl FnOnce() + Send) {
         let changed = Arc::clone(&self.shared.changed);
-        let (triggers, trigger_task) = self.watch::<KinesisTrigger>(Arc::clone(&changed));
-        let (functions, function_task) = self.watch::<Function>(Arc::clone(&changed));
+        // Guarded: a malformed KinesisTrigger (or Function) costs only itself.
+        let (triggers, bad_triggers, trigger_task) =
+            self.watch::<KinesisTrigger>(Arc::clone(&changed));
+        let (functions, _, function_task) = self.watch::<Function>(Arc::clone(&changed));
+        let recorder = Recorder::new(
+            self.shared.client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+            },
+        );
         let _tasks = (
             tokio_util::task::AbortOnDropHandle::new(trigger_task),
             tokio_util::task::AbortOnDropHandle::new(function_task),
@@ -64,6 +76,14 @@ impl Reconciler {
             self.active
                 .store(active, std::sync::atomic::Ordering::Relaxed);
             self.write_statuses(&desired, &running, &triggers).await;
+            // Malformed triggers: Ready=False InvalidSpec and a Warning Event, once per generation.
+            kubeless_service::report_all_invalid::<KinesisTrigger>(
+                &self.shared.client,
+                &recorder,
+                &bad_triggers,
+                FIELD_MANAGER,
+            )
+            .await;
             if let Some(f) = synced.take() {
                 f();
             }
@@ -82,7 +102,14 @@ impl Reconciler {
         self.active.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 
-    fn watch<K>(&self, changed: Arc<Notify>) -> (reflector::Store<K>, tokio::task::JoinHandle<()>)
+    fn watch<K>(
+        &self,
+        changed: Arc<Notify>,
+    ) -> (
+        reflector::Store<K>,
+        kubeless_service::InvalidObjects,
+        tokio::task::JoinHandle<()>,
+    )
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
             + Clone
@@ -92,28 +119,23 @@ impl Reconciler {
             + Sync
             + 'static,
     {
-        let client = self.shared.client.clone();
-        let api: Api<K> = match &self.namespace {
-            Some(ns) => Api::namespaced(client, ns),
-            None => Api::all(client),
-        };
-        let (store, writer) = reflector::store();
-        let stream = reflector(
-            writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
+        let (store, invalid, stream) = kubeless_service::guarded_watch::<K>(
+            self.shared.client.clone(),
+            self.namespace.as_deref(),
+            watcher::Config::default(),
         );
         let task = tokio::spawn(async move {
             futures::pin_mut!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changed.notify_one(),
+                    Ok(()) => changed.notify_one(),
                     Err(e) => {
                         tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
                     }
                 }
             }
         });
-        (store, task)
+        (store, invalid, task)
     }
 
     /// Starts missing readers, stops unwanted ones, restarts changed ones.

@@ -9,6 +9,7 @@ pub mod backoff;
 pub mod guard;
 pub mod lease;
 pub mod metrics;
+pub mod pod_security;
 pub mod run;
 pub mod shutdown;
 pub mod telemetry;
