@@ -60,7 +60,7 @@ pub const FUNCTION_UID: i64 = 65532;
 /// Longest `.spec.timeout` accepted: one day (a call that needs longer is not a function call).
 pub const MAX_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(86_400);
 /// Most replicas a Function's deployment template may ask for.
-pub const MAX_REPLICAS: i32 = 1000;
+pub const MAX_REPLICAS: i32 = kubeless_api::constraints::MAX_REPLICAS as i32;
 
 /// Refuses a template replica count a Deployment cannot reach (negative) or that is surely a
 /// mistake (above [`MAX_REPLICAS`]); otherwise the Function would sit at Progressing forever.

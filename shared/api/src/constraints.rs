@@ -27,8 +27,13 @@ pub const IANA_SVC_NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 pub const ENV_NAME_PATTERN: &str = r"^[ -<>-~]+$";
 /// `.spec.handler`: `<module>.<function>` (empty for a prebuilt image).
 pub const HANDLER_PATTERN: &str = r"^(\S+\.[^.\s]+)?$";
-/// `.spec.timeout`: whole seconds from 1 to 999999, as a string (empty means the default).
-pub const TIMEOUT_PATTERN: &str = r"^([1-9][0-9]{0,5})?$";
+/// `.spec.timeout`: whole seconds from 1 to 86400 (one day, the function-controller's
+/// `MAX_TIMEOUT`), as a string (empty means the default).
+pub const TIMEOUT_PATTERN: &str =
+    r"^([1-9][0-9]{0,3}|[1-7][0-9]{4}|8[0-5][0-9]{3}|86[0-3][0-9]{2}|86400)?$";
+/// Most replicas a Function's Deployment template may ask for (the function-controller's
+/// `MAX_REPLICAS`): more is a typo, and the Function would sit at Progressing forever.
+pub const MAX_REPLICAS: i64 = 1000;
 /// `.spec.runtime`: `<id><version>`, e.g. python3.11 (empty for a prebuilt image).
 pub const RUNTIME_PATTERN: &str = r"^([A-Za-z][^\s0-9]*[0-9]\S*)?$";
 /// `.spec.checksum`: `sha256:<64 hex digits>` (empty skips the check).
@@ -245,6 +250,7 @@ fn constrain(map: &mut Map<String, Value>, path: &[String], embedded: Embedded) 
         }
         "replicas" if integer && embedded == Embedded::Deployment && path.len() == 2 => {
             set(map, "minimum", 0.into());
+            set(map, "maximum", MAX_REPLICAS.into());
         }
         // 0 is Go's zero value in Kubeless's output for an HPA that is not created; the rule
         // on the spec demands at least 1 once the HPA has a target.

@@ -88,7 +88,7 @@ pub struct FunctionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = crate::constraints::RUNTIME_PATTERN), length(max = 63))]
     pub runtime: Option<String>,
-    /// Maximum duration of one call in whole seconds (1 to 999999), as a string. Default "180".
+    /// Maximum duration of one call in whole seconds (1 to 86400), as a string. Default "180".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = crate::constraints::TIMEOUT_PATTERN))]
     pub timeout: Option<String>,
