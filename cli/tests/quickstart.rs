@@ -81,8 +81,8 @@ async fn quickstart_runs_as_written() {
     // Step 5: the Kafka record reached the function (two POST calls).
     let top = stdout
         .lines()
-        .filter(|l| l.contains(" POST "))
-        .last()
+        .rev()
+        .find(|l| l.contains(" POST "))
         .unwrap_or_else(|| panic!("no top row in:\n{stdout}"));
     let calls: Vec<&str> = top.split_whitespace().collect();
     assert_eq!(calls[3], "2", "{top}");
