@@ -242,31 +242,28 @@ pub async fn wait_ready(
         }
         // A pod that cannot start says why on the spinner, and the wait gives up with it.
         if let Phase::Pending(what) = &phase {
-            match pod_problem(&function_pods(ctx, name).await?) {
-                Some(p) => {
-                    let since = match &problem_since {
-                        Some((seen, at)) if seen.reason == p.reason => *at,
-                        _ => Instant::now(),
-                    };
-                    if since.elapsed() >= PROBLEM_GRACE {
-                        if tty {
-                            eprint!("\r\x1b[K");
-                        }
-                        return Err(Error::PodFailing {
-                            name: name.to_string(),
-                            pod: p.pod,
-                            reason: p.reason,
-                            message: p.message,
-                        });
+            // Between restarts the problem can vanish for a moment: its start is kept.
+            if let Some(p) = pod_problem(&function_pods(ctx, name).await?) {
+                let since = match &problem_since {
+                    Some((seen, at)) if seen.reason == p.reason => *at,
+                    _ => Instant::now(),
+                };
+                if since.elapsed() >= PROBLEM_GRACE {
+                    if tty {
+                        eprint!("\r\x1b[K");
                     }
-                    phase = Phase::Pending(format!(
-                        "{what}; pod {}: {}: {}",
-                        p.pod, p.reason, p.message
-                    ));
-                    problem_since = Some((p, since));
+                    return Err(Error::PodFailing {
+                        name: name.to_string(),
+                        pod: p.pod,
+                        reason: p.reason,
+                        message: p.message,
+                    });
                 }
-                // Between restarts the problem can vanish for a moment: keep its start.
-                None => {}
+                phase = Phase::Pending(format!(
+                    "{what}; pod {}: {}: {}",
+                    p.pod, p.reason, p.message
+                ));
+                problem_since = Some((p, since));
             }
         }
         match phase {

@@ -163,3 +163,144 @@ async fn every_example_deploys_and_answers() {
     controller.kill().await.unwrap();
     c.shutdown().await;
 }
+
+/// `(file, handler, Kubeless runtime id)` of the functions in examples/kubeless.
+const KUBELESS_EXAMPLES: &[(&str, &str, &str)] = &[
+    ("helloget.py", "helloget.foo", "python2.7"),
+    ("hellowithdata.py", "hellowithdata.handler", "python3.7"),
+    ("helloget.js", "helloget.foo", "nodejs8"),
+    ("hellowithdata.js", "hellowithdata.handler", "nodejs12"),
+];
+
+const TABLE_START: &str = "<!-- migration-table:start (written by cli/tests/examples.rs) -->\n";
+const TABLE_END: &str = "<!-- migration-table:end -->";
+
+/// One line of a `kubeless` failure: the FATA line without its prefix.
+fn fatal_line(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("FATA: "))
+        .unwrap_or(stderr.trim())
+        .to_string()
+}
+
+/// Deploys every Kubeless-style example unchanged, then with the runtime we run, calls it, and
+/// checks that docs/migration.md's table is the one this run produced (`UPDATE_DOCS=1`
+/// rewrites it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubeless_examples_migration_table() {
+    bin("kubeless-runtime");
+    let (c, mut controller) = cluster_with_controller().await;
+    let dir = repo_root().join("examples/kubeless");
+    let mut table = String::from(
+        "| example | Kubeless runtime | deployed unchanged | runtime to use | GET answer | POST `{\"a\":1}` answer |\n|---|---|---|---|---|---|\n",
+    );
+    for (i, (file, handler, old)) in KUBELESS_EXAMPLES.iter().enumerate() {
+        let path = dir.join(file);
+        let path = path.to_str().unwrap();
+        let name = format!("kl-{i}");
+        let out = c
+            .kubeless(&[
+                "function",
+                "deploy",
+                &name,
+                "--runtime",
+                old,
+                "--handler",
+                handler,
+                "--from-file",
+                path,
+                "--no-wait",
+            ])
+            .await;
+        assert!(!out.status.success(), "{file} with {old} was accepted");
+        let refusal = fatal_line(&String::from_utf8_lossy(&out.stderr));
+        let new = kubeless_api::legacy::replacement(old).unwrap();
+        assert!(
+            refusal.contains(&format!("Use --runtime {new}")),
+            "{refusal}"
+        );
+        c.ok(&[
+            "function",
+            "deploy",
+            &name,
+            "--runtime",
+            new,
+            "--handler",
+            handler,
+            "--from-file",
+            path,
+            "--wait",
+            "--wait-timeout",
+            "240",
+        ])
+        .await;
+        let get = c.ok(&["function", "call", &name]).await;
+        let post = c
+            .ok(&["function", "call", &name, "--data", r#"{"a":1}"#])
+            .await;
+        table.push_str(&format!(
+            "| [{file}](../examples/kubeless/{file}) | `{old}` | refused: \"{refusal}\" | `{new}` | `{}` | `{}` |\n",
+            get.trim(),
+            post.trim()
+        ));
+    }
+    // A Function manifest with a Kubeless runtime, applied as kubectl would: the controller
+    // refuses it in the Ready condition with the same replacement.
+    let manifest = r#"{"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+        "metadata": {"name": "kl-manifest"},
+        "spec": {"runtime": "python3.8", "handler": "helloget.foo",
+                 "function": "def foo(event, context):\n    return 'hello world'\n",
+                 "function-content-type": "text", "deps": ""}}"#;
+    let manifest_path = c.dir.path().join("kl-manifest.json");
+    std::fs::write(&manifest_path, manifest).unwrap();
+    c.ok(&["apply", "-f", manifest_path.to_str().unwrap()])
+        .await;
+    let fns: kube::Api<kubeless_api::Function> = kube::Api::default_namespaced(c.client.clone());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let message = loop {
+        let f = fns.get("kl-manifest").await.unwrap();
+        if let Some(cond) = f
+            .status
+            .as_ref()
+            .and_then(|s| kubeless_api::find_condition(&s.conditions, "Ready"))
+            .filter(|c| c.reason.as_deref() == Some("UnknownRuntime"))
+        {
+            break cond.message.clone().unwrap_or_default();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no UnknownRuntime condition"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert!(
+        message.contains("set the runtime to python3.11"),
+        "{message}"
+    );
+    table.push_str(&format!(
+        "| a Function manifest with `runtime: python3.8` (kubectl or `kubeless apply`) | `python3.8` | Ready=False, reason UnknownRuntime: \"{message}\" | `python3.11` | | |\n"
+    ));
+    controller.kill().await.unwrap();
+    c.shutdown().await;
+
+    let doc_path = repo_root().join("docs/migration.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let start = doc
+        .find(TABLE_START)
+        .expect("docs/migration.md has the table start marker")
+        + TABLE_START.len();
+    let end = doc
+        .find(TABLE_END)
+        .expect("docs/migration.md has the table end marker");
+    if std::env::var("UPDATE_DOCS").is_ok_and(|v| v == "1") {
+        let new_doc = format!("{}{table}{}", &doc[..start], &doc[end..]);
+        std::fs::write(&doc_path, new_doc).unwrap();
+        return;
+    }
+    assert_eq!(
+        &doc[start..end],
+        table,
+        "docs/migration.md's table is not what this run produced; rerun with UPDATE_DOCS=1"
+    );
+}

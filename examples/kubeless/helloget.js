@@ -1,0 +1,5 @@
+module.exports = {
+  foo: function (event, context) {
+    return 'hello world';
+  },
+};

@@ -1,0 +1,2 @@
+def foo(event, context):
+    return "hello world"

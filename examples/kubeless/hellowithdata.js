@@ -1,0 +1,6 @@
+module.exports = {
+  handler: (event, context) => {
+    console.log(event);
+    return event.data;
+  },
+};

@@ -1,0 +1,3 @@
+def handler(event, context):
+    print(event)
+    return event['data']
