@@ -46,6 +46,8 @@ pub enum Command {
     Topic(TopicCmd),
     /// Print the controller configuration and the supported runtimes.
     GetServerConfig,
+    /// Serve the web dashboard on localhost, with this kubeconfig's rights.
+    Ui(crate::ui::UiArgs),
     /// Print the version of this kubeless command.
     Version,
     /// Print a shell completion script.

@@ -61,7 +61,7 @@ async fn resolve(flags: &FunctionFlags) -> Result<spec::Resolved> {
     Ok(spec::Resolved { source, deps })
 }
 
-async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
+pub async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
     ctx.api::<Function>().get(name).await.map_err(|e| {
         Error::kube(
             format!(
@@ -146,25 +146,37 @@ async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
         crate::config::check_runtime(ctx, rt).await?;
     }
     let resolved = resolve(&flags).await?;
-    let existing = get_function(ctx, &name).await?;
-    let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
     if flags.dryrun {
+        let existing = get_function(ctx, &name).await?;
+        let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
         function.metadata.managed_fields = None;
         return output::print(&output::render_dryrun(&function, flags.output)?);
     }
-    // Keep the status out of a spec update (it is a subresource).
-    function.status = None;
     eprintln!("Redeploying function...");
-    let updated = ctx
-        .api::<Function>()
-        .replace(&name, &PostParams::default(), &function)
-        .await
-        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))?;
+    let updated = submit_update(ctx, &name, &flags, resolved).await?;
     eprintln!("Function {name} submitted for deployment");
     finish(ctx, &name, updated.metadata.generation, &flags).await
 }
 
-async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
+/// Applies the flags and resolved source to the stored Function `name` and replaces it. Returns
+/// the stored object: its generation is the one a rollout waits for.
+pub async fn submit_update(
+    ctx: &Ctx,
+    name: &str,
+    flags: &FunctionFlags,
+    resolved: spec::Resolved,
+) -> Result<Function> {
+    let existing = get_function(ctx, name).await?;
+    let mut function = spec::apply(name, &ctx.namespace, flags, resolved, Some(existing))?;
+    // Keep the status out of a spec update (it is a subresource).
+    function.status = None;
+    ctx.api::<Function>()
+        .replace(name, &PostParams::default(), &function)
+        .await
+        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))
+}
+
+pub async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
     ctx.api::<Function>()
         .delete(name, &DeleteParams::default())
         .await
@@ -173,7 +185,7 @@ async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
 }
 
 /// `/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}` of the function's Service.
-async fn proxy_path(ctx: &Ctx, name: &str, path: &str) -> Result<String> {
+pub async fn proxy_path(ctx: &Ctx, name: &str, path: &str) -> Result<String> {
     let svc =
         ctx.api::<Service>().get(name).await.map_err(|e| {
             Error::kube(format!("Unable to find the service for function {name}"), e)
@@ -209,44 +221,122 @@ pub fn event_id() -> String {
         .collect()
 }
 
-async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
-    let CallArgs { name, data } = args;
-    let path = proxy_path(ctx, &name, "").await?;
-    let builder = http::Request::builder()
-        .uri(path)
-        .header("event-id", event_id())
-        .header(
+/// One request to a function, as `function call` and the dashboard's call form send it.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    pub method: http::Method,
+    /// Extra headers; the Kubeless event headers not given here are filled in.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// `event-namespace` when the headers do not set it.
+    pub event_namespace: &'static str,
+}
+
+/// What the function answered, and how long the round trip through the proxy took.
+#[derive(Debug, Clone)]
+pub struct CallAnswer {
+    pub status: http::StatusCode,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+/// Sends `req` to function `name` through the API server's service proxy, adding the Kubeless
+/// event headers (`event-id`, `event-time`, `event-namespace`, `event-type`) it lacks.
+pub async fn send_call(ctx: &Ctx, name: &str, req: CallRequest) -> Result<CallAnswer> {
+    let CallRequest {
+        method,
+        headers,
+        body,
+        event_namespace,
+    } = req;
+    let path = proxy_path(ctx, name, "").await?;
+    let has = |h: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(h));
+    let mut builder = http::Request::builder().method(method).uri(path);
+    if !has("event-id") {
+        builder = builder.header("event-id", event_id());
+    }
+    if !has("event-time") {
+        builder = builder.header(
             "event-time",
             chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        )
-        .header("event-namespace", "cli.kubeless.io");
-    let request = match &data {
-        None => builder
-            .method(http::Method::GET)
-            .header("event-type", "application/x-www-form-urlencoded")
-            .body(Vec::new()),
-        Some(d) => {
-            let ct = content_type_of(d);
-            builder
-                .method(http::Method::POST)
-                .header("event-type", ct)
-                .header(http::header::CONTENT_TYPE, ct)
-                .body(d.clone().into_bytes())
-        }
+        );
     }
-    .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    if !has("event-namespace") {
+        builder = builder.header("event-namespace", event_namespace);
+    }
+    if !has("event-type") {
+        let content_type = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| content_type_of(&String::from_utf8_lossy(&body)).to_string());
+        builder = builder.header("event-type", content_type);
+    }
+    for (k, v) in &headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    let request = builder
+        .body(body)
+        .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    let started = std::time::Instant::now();
     let response = ctx
         .client
         .send(request.map(kube::client::Body::from))
         .await
         .map_err(|e| Error::kube(format!("calling function {name}"), e))?;
     let status = response.status();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
     let body = response
         .into_body()
         .collect_bytes()
         .await
         .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
-    let text = String::from_utf8_lossy(&body).into_owned();
+    Ok(CallAnswer {
+        status,
+        headers,
+        body: body.to_vec(),
+        elapsed: started.elapsed(),
+    })
+}
+
+async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
+    let CallArgs { name, data } = args;
+    let request = match &data {
+        None => CallRequest {
+            method: http::Method::GET,
+            headers: vec![(
+                "event-type".into(),
+                "application/x-www-form-urlencoded".into(),
+            )],
+            body: Vec::new(),
+            event_namespace: "cli.kubeless.io",
+        },
+        Some(d) => {
+            let ct = content_type_of(d);
+            CallRequest {
+                method: http::Method::POST,
+                headers: vec![
+                    ("event-type".into(), ct.into()),
+                    (http::header::CONTENT_TYPE.as_str().into(), ct.into()),
+                ],
+                body: d.clone().into_bytes(),
+                event_namespace: "cli.kubeless.io",
+            }
+        }
+    };
+    let answer = send_call(ctx, &name, request).await?;
+    let status = answer.status;
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
     if status == http::StatusCode::REQUEST_TIMEOUT {
         return Err(Error::CallTimeout);
     }
@@ -412,8 +502,12 @@ async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {
     }
 }
 
-async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
-    let LogsArgs { name, follow } = args;
+/// The log of function `name`'s ready pod (else its first pod), as a stream of bytes.
+pub async fn log_stream(
+    ctx: &Ctx,
+    name: &str,
+    follow: bool,
+) -> Result<std::pin::Pin<Box<dyn futures::AsyncBufRead + Send>>> {
     let pods = ctx
         .api::<Pod>()
         .list(&ListParams::default().labels(&format!("function={name}")))
@@ -436,7 +530,7 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         .as_ref()
         .is_some_and(|s| s.containers.iter().any(|c| c.name == name));
     let params = LogParams {
-        container: has_container.then(|| name.clone()),
+        container: has_container.then(|| name.to_string()),
         follow,
         ..LogParams::default()
     };
@@ -446,7 +540,12 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         .log_stream(&pod_name, &params)
         .await
         .map_err(|e| Error::kube(format!("reading the log of pod {pod_name}"), e))?;
-    let mut lines = stream.lines();
+    Ok(Box::pin(stream))
+}
+
+async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
+    let LogsArgs { name, follow } = args;
+    let mut lines = log_stream(ctx, &name, follow).await?.lines();
     while let Some(line) = lines
         .try_next()
         .await
@@ -519,7 +618,7 @@ pub fn top_table(rows: &[TopRow]) -> Table {
     t
 }
 
-async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
+pub async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
     let path = proxy_path(ctx, name, "metrics").await?;
     let request = http::Request::get(path)
         .body(Vec::new())
