@@ -202,6 +202,12 @@ fn latency(points: &[Point]) -> String {
                 svg,
                 r#"<polyline class="{class}" fill="none" points="{pts}"/>"#
             );
+            // A dot per point: a single interval with calls has no line to draw.
+            for xy in pts.split(' ') {
+                if let Some((x, y)) = xy.split_once(',') {
+                    let _ = write!(svg, r#"<circle class="{class}" cx="{x}" cy="{y}" r="3"/>"#);
+                }
+            }
         }
     }
     svg.push_str("</svg>");
@@ -231,7 +237,8 @@ pub fn render(samples: &[Sample], scrape_error: Option<&str>) -> String {
     }
     let _ = write!(
         out,
-        r#"<p id="chart-summary" data-calls="{total_calls}" data-errors="{total_errors}" data-p50="{}" data-p99="{}">{total_calls} calls, {total_errors} errors in the last {window:.0} s; latest p50 {}, p99 {}.</p>"#,
+        r#"<p id="chart-summary" data-samples="{}" data-calls="{total_calls}" data-errors="{total_errors}" data-p50="{}" data-p99="{}">{total_calls} calls, {total_errors} errors in the last {window:.0} s; latest p50 {}, p99 {}.</p>"#,
+        samples.len(),
         last.and_then(|p| p.p50_ms)
             .map(|v| format!("{v:.3}"))
             .unwrap_or_default(),

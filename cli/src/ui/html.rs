@@ -266,8 +266,7 @@ pub fn function_page(p: &FunctionPage, token: &str, charts: &str) -> String {
         ),
     };
     format!(
-        r#"<p class="summary">Runtime <strong>{rt}</strong>, handler <code>{handler}</code>, {badge} <span class="pods">pods {pods}</span></p>
-{conds}
+        r#"<div id="status" data-src="/functions/{s}/status">{status}</div>
 <section aria-labelledby="code-h"><h2 id="code-h">Code</h2>{editor}</section>
 <section aria-labelledby="call-h"><h2 id="call-h">Call</h2>
 <form id="call" method="post" action="/functions/{s}/call">
@@ -297,14 +296,23 @@ pub fn function_page(p: &FunctionPage, token: &str, charts: &str) -> String {
 <section aria-labelledby="delete-h"><h2 id="delete-h">Delete</h2>
 <form method="post" action="/functions/{s}/delete">{tok}<button type="submit" class="danger" id="delete">Delete function {n}</button></form>
 </section>"#,
+        status = function_status(p),
+        tok = token_input(token),
+        answer = p.answer.as_deref().unwrap_or(""),
+        events = events_table("Events", &p.events),
+    )
+}
+
+/// The function's summary and status conditions (refreshed live by the page's script).
+pub fn function_status(p: &FunctionPage) -> String {
+    format!(
+        r#"<p class="summary">Runtime <strong>{rt}</strong>, handler <code>{handler}</code>, {badge} <span class="pods">pods {pods}</span></p>
+{conds}"#,
         rt = esc(&p.runtime),
         handler = esc(&p.handler),
         badge = ready_badge(&p.ready),
         pods = esc(&p.pods),
         conds = conditions_table(&p.conditions),
-        tok = token_input(token),
-        answer = p.answer.as_deref().unwrap_or(""),
-        events = events_table("Events", &p.events),
     )
 }
 

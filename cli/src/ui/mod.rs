@@ -65,6 +65,17 @@ pub struct UiArgs {
     /// loopback too and reach it with `kubectl port-forward` or an authenticating proxy.
     #[arg(long, env = "KUBELESS_UI_ADDRESS", default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     pub address: IpAddr,
+    /// More Host names to answer to, e.g. the name an authenticating proxy forwards
+    /// (comma separated). Loopback names are always accepted.
+    #[arg(
+        long = "allowed-host",
+        env = "KUBELESS_UI_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
+    /// Also serve /healthz and /readyz on this address (for a pod's probes).
+    #[arg(long = "admin-addr", env = "KUBELESS_ADMIN_ADDR")]
+    pub admin_addr: Option<SocketAddr>,
 }
 
 /// The header scripts send the run's token in.
@@ -109,7 +120,12 @@ async fn connect(kube: &KubeArgs) -> Result<Ctx> {
 
 /// Serves until Ctrl-C. Prints the URL on stdout once listening.
 pub async fn run(kube: &KubeArgs, args: UiArgs) -> Result<()> {
-    let UiArgs { port, address } = args;
+    let UiArgs {
+        port,
+        address,
+        allowed_hosts,
+        admin_addr,
+    } = args;
     let ctx = connect(kube).await?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(address, port))
         .await
@@ -137,7 +153,22 @@ pub async fn run(kube: &KubeArgs, args: UiArgs) -> Result<()> {
         IpAddr::V4(a) => format!("http://{a}:{}/", local.port()),
     };
     crate::output::println(&format!("Kubeless dashboard on {url} (Ctrl-C stops it)"))?;
-    let app = router(state, address.is_loopback());
+    if let Some(addr) = admin_addr {
+        let admin = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| Error::usage(format!("listening on {addr}: {e}")))?;
+        let health = Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(|| async { "ok" }));
+        tokio::spawn(async move {
+            let _ = axum::serve(admin, health).await;
+        });
+    }
+    let hosts = Hosts {
+        check: address.is_loopback() || !allowed_hosts.is_empty(),
+        extra: allowed_hosts,
+    };
+    let app = router(state, hosts);
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
@@ -146,7 +177,27 @@ pub async fn run(kube: &KubeArgs, args: UiArgs) -> Result<()> {
         .map_err(|e| Error::usage(format!("serving the dashboard: {e}")))
 }
 
-fn router(state: Shared, loopback: bool) -> Router {
+/// The Host names the dashboard answers to: loopback names, plus `extra`; no check at all when
+/// bound to a non-loopback address without `--allowed-host`.
+#[derive(Debug, Clone)]
+pub(crate) struct Hosts {
+    check: bool,
+    extra: Vec<String>,
+}
+
+impl Hosts {
+    fn allows(&self, host: &str) -> bool {
+        if !self.check || loopback_host(host) {
+            return true;
+        }
+        let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        self.extra
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(host) || h.eq_ignore_ascii_case(name))
+    }
+}
+
+fn router(state: Shared, hosts: Hosts) -> Router {
     Router::new()
         .route("/", get(|| async { Redirect::to("/functions") }))
         .route("/assets/style.css", get(style))
@@ -159,6 +210,7 @@ fn router(state: Shared, loopback: bool) -> Router {
         .route("/functions/{name}/delete", post(delete_function))
         .route("/functions/{name}/logs", get(logs_text))
         .route("/functions/{name}/charts", get(charts))
+        .route("/functions/{name}/status", get(status_fragment))
         .route("/api/functions/{name}/code", post(save_code_api))
         .route("/api/functions/{name}/rollout", get(rollout))
         .route("/api/functions/{name}/call", post(call_api))
@@ -167,7 +219,7 @@ fn router(state: Shared, loopback: bool) -> Router {
         .route("/triggers/{kind}", post(create_trigger))
         .route("/triggers/{kind}/{name}/delete", post(delete_trigger))
         .layer(middleware::from_fn_with_state(
-            (state.clone(), loopback),
+            (state.clone(), hosts),
             guard,
         ))
         .with_state(state)
@@ -201,14 +253,14 @@ pub(crate) fn check(
     path: &str,
     headers: &HeaderMap,
     token: &str,
-    loopback: bool,
+    hosts: &Hosts,
 ) -> Verdict {
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if loopback && !loopback_host(host) {
-        return Verdict::Refuse("this dashboard answers only to localhost addresses");
+    if !hosts.allows(host) {
+        return Verdict::Refuse("this dashboard does not answer to this host name");
     }
     if method == Method::GET || method == Method::HEAD {
         return Verdict::Allow;
@@ -233,7 +285,7 @@ pub(crate) fn check(
 }
 
 async fn guard(
-    State((state, loopback)): State<(Shared, bool)>,
+    State((state, hosts)): State<(Shared, Hosts)>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -242,7 +294,7 @@ async fn guard(
         request.uri().path(),
         request.headers(),
         &state.token,
-        loopback,
+        &hosts,
     ) {
         Verdict::Allow => {
             let mut response = next.run(request).await;
@@ -257,9 +309,10 @@ async fn guard(
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
             );
+            // Not `no-referrer`: with it, browsers send `Origin: null` on form posts.
             h.insert(
                 header::REFERRER_POLICY,
-                HeaderValue::from_static("no-referrer"),
+                HeaderValue::from_static("same-origin"),
             );
             response
         }
@@ -267,15 +320,18 @@ async fn guard(
     }
 }
 
-fn form_token_ok(state: &AppState, given: &str) -> Result<(), Response> {
+/// The refusal of a form posted without this run's token, if it was.
+fn refuse_bad_token(state: &AppState, given: &str) -> Option<Response> {
     if given == state.token {
-        Ok(())
+        None
     } else {
-        Err((
-            StatusCode::FORBIDDEN,
-            "missing or wrong dashboard token: reload the page",
+        Some(
+            (
+                StatusCode::FORBIDDEN,
+                "missing or wrong dashboard token: reload the page",
+            )
+                .into_response(),
         )
-            .into_response())
     }
 }
 
@@ -476,6 +532,18 @@ async fn function_page(State(s): State<Shared>, Path(name): Path<String>) -> Res
     }
 }
 
+/// The status part of the function page, for the script's live refresh.
+async fn status_fragment(State(s): State<Shared>, Path(name): Path<String>) -> Response {
+    match load_function_page(&s, &name).await {
+        Ok(page) => (
+            [(header::CACHE_CONTROL, "no-store")],
+            Html(html::function_status(&page)),
+        )
+            .into_response(),
+        Err(e) => (status_of_error(&e), Html(html::error_box(Some(&human(&e))))).into_response(),
+    }
+}
+
 // ---------------------------------------------------------------- function writes
 
 #[derive(Deserialize)]
@@ -516,7 +584,7 @@ async fn create(ctx: &Ctx, name: &str, runtime: &str, handler: &str, code: &str)
 }
 
 async fn create_function(State(s): State<Shared>, Form(f): Form<CreateForm>) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     let name = f.name.trim().to_string();
@@ -570,7 +638,7 @@ async fn save_code_form(
     Path(name): Path<String>,
     Form(f): Form<CodeForm>,
 ) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     match save_code(&s.ctx, &name, &f.code).await {
@@ -623,12 +691,9 @@ async fn rollout(
         Ok(f) => f,
         Err(e) => return api_error(&e),
     };
-    let pods = ctx
-        .api::<Deployment>()
-        .get_opt(&name)
-        .await
-        .ok()
-        .flatten()
+    let deployment = ctx.api::<Deployment>().get_opt(&name).await.ok().flatten();
+    let rolled_out = deployment.as_ref().is_some_and(rolled_out);
+    let pods = deployment
         .and_then(|d| d.status)
         .map(|st| {
             format!(
@@ -640,11 +705,26 @@ async fn rollout(
         })
         .unwrap_or_else(|| "no Deployment yet".into());
     let (state, message) = match wait::phase(&f, q.generation) {
+        wait::Phase::Ready if !rolled_out => ("pending", format!("old pods still serve ({pods})")),
         wait::Phase::Ready => ("ready", format!("the new code serves ({pods})")),
         wait::Phase::Failed { reason, message } => ("failed", format!("{reason}: {message}")),
         wait::Phase::Pending(what) => ("pending", format!("{what} ({pods})")),
     };
     Json(Rollout { state, message }).into_response()
+}
+
+/// As `kubectl rollout status` decides: the controller saw the latest spec, every replica runs
+/// it and is available, and no old replica is left.
+fn rolled_out(d: &Deployment) -> bool {
+    let Some(st) = d.status.as_ref() else {
+        return false;
+    };
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let updated = st.updated_replicas.unwrap_or(0);
+    st.observed_generation >= d.metadata.generation
+        && updated >= want
+        && st.replicas.unwrap_or(0) <= updated
+        && st.available_replicas.unwrap_or(0) >= updated
 }
 
 #[derive(Deserialize)]
@@ -658,7 +738,7 @@ async fn delete_function(
     Path(name): Path<String>,
     Form(f): Form<DeleteForm>,
 ) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     match function::delete(&s.ctx, &name).await {
@@ -764,7 +844,7 @@ async fn call_form(
     Path(name): Path<String>,
     Form(f): Form<CallForm>,
 ) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     let answer = match do_call(&s.ctx, &name, f.input).await {
@@ -1134,7 +1214,7 @@ async fn create_trigger(
     Path(kind): Path<String>,
     Form(f): Form<TriggerForm>,
 ) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     trigger_write(&s, create_command(&kind, f)).await
@@ -1145,7 +1225,7 @@ async fn delete_trigger(
     Path((kind, name)): Path<(String, String)>,
     Form(f): Form<DeleteForm>,
 ) -> Response {
-    if let Err(r) = form_token_ok(&s, &f.token) {
+    if let Some(r) = refuse_bad_token(&s, &f.token) {
         return r;
     }
     trigger_write(&s, delete_command(&kind, name)).await
@@ -1189,9 +1269,23 @@ mod tests {
     #[test]
     fn guard_refuses_rebinding_cross_site_and_tokenless_writes() {
         let t = "secret";
+        let local = Hosts {
+            check: true,
+            extra: vec![],
+        };
+        let open = Hosts {
+            check: false,
+            extra: vec![],
+        };
+        let proxied = Hosts {
+            check: true,
+            extra: vec!["dash.example".into()],
+        };
+        assert!(proxied.allows("dash.example:443") && proxied.allows("localhost:8090"));
+        assert!(!proxied.allows("evil.example"));
         let ok_host = [("host", "127.0.0.1:8090")];
         assert_eq!(
-            check(&Method::GET, "/functions", &headers(&ok_host), t, true),
+            check(&Method::GET, "/functions", &headers(&ok_host), t, &local),
             Verdict::Allow
         );
         // DNS rebinding: a page of another site that resolves to 127.0.0.1.
@@ -1201,7 +1295,7 @@ mod tests {
                 "/functions",
                 &headers(&[("host", "evil.example:8090")]),
                 t,
-                true
+                &local
             ),
             Verdict::Refuse(_)
         ));
@@ -1212,7 +1306,7 @@ mod tests {
                 "/functions",
                 &headers(&[("host", "dash.example")]),
                 t,
-                false
+                &open
             ),
             Verdict::Allow
         );
@@ -1226,7 +1320,7 @@ mod tests {
                     ("origin", "http://evil.example")
                 ]),
                 t,
-                true
+                &local
             ),
             Verdict::Refuse(_)
         ));
@@ -1240,14 +1334,14 @@ mod tests {
                     ("origin", "http://127.0.0.1:8090")
                 ]),
                 t,
-                true
+                &local
             ),
             Verdict::Allow
         );
         // The JSON API needs the token header.
         let api = "/api/functions/x/call";
         assert!(matches!(
-            check(&Method::POST, api, &headers(&ok_host), t, true),
+            check(&Method::POST, api, &headers(&ok_host), t, &local),
             Verdict::Refuse(_)
         ));
         assert!(matches!(
@@ -1256,7 +1350,7 @@ mod tests {
                 api,
                 &headers(&[("host", "127.0.0.1:8090"), (TOKEN_HEADER, "nope")]),
                 t,
-                true
+                &local
             ),
             Verdict::Refuse(_)
         ));
@@ -1266,7 +1360,7 @@ mod tests {
                 api,
                 &headers(&[("host", "127.0.0.1:8090"), (TOKEN_HEADER, t)]),
                 t,
-                true
+                &local
             ),
             Verdict::Allow
         );
@@ -1286,6 +1380,31 @@ mod tests {
         );
         assert_eq!(status_of_error(&e), StatusCode::CONFLICT);
         assert!(!human(&e).contains("ErrorResponse") && !human(&e).contains("Status {"));
+    }
+
+    #[test]
+    fn rollout_is_done_when_only_new_pods_serve() {
+        let d = |observed: i64, replicas: i32, updated: i32, available: i32| Deployment {
+            metadata: kube::api::ObjectMeta {
+                generation: Some(2),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::apps::v1::DeploymentSpec {
+                replicas: Some(1),
+                ..Default::default()
+            }),
+            status: Some(k8s_openapi::api::apps::v1::DeploymentStatus {
+                observed_generation: Some(observed),
+                replicas: Some(replicas),
+                updated_replicas: Some(updated),
+                available_replicas: Some(available),
+                ..Default::default()
+            }),
+        };
+        assert!(rolled_out(&d(2, 1, 1, 1)));
+        assert!(!rolled_out(&d(1, 1, 1, 1)), "old spec");
+        assert!(!rolled_out(&d(2, 2, 1, 2)), "an old pod still serves");
+        assert!(!rolled_out(&d(2, 1, 1, 0)), "the new pod is not available");
     }
 
     #[test]

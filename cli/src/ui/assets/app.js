@@ -172,3 +172,15 @@ if (charts) {
   refresh();
   setInterval(refresh, 2000);
 }
+
+// The function's status (Ready condition, pods) follows the cluster while the page is open.
+const statusBox = document.getElementById("status");
+if (statusBox) {
+  setInterval(async () => {
+    try {
+      const resp = await fetch(statusBox.dataset.src, { credentials: "same-origin" });
+      const text = await resp.text();
+      if (resp.ok && text !== statusBox.innerHTML) statusBox.innerHTML = text;
+    } catch (_) { /* next round */ }
+  }, 3000);
+}
