@@ -261,10 +261,12 @@ async fn dashboard_in_a_headless_browser() {
 
     // kubeless ui on a free loopback port; it prints its URL once listening.
     let port = free_port();
+    let admin_port = free_port();
     let mut ui = tokio::process::Command::new(&kubeless)
         .args(["--kubeconfig"])
         .arg(&kubeconfig)
         .args(["ui", "--port", &port.to_string()])
+        .args(["--admin-addr", &format!("127.0.0.1:{admin_port}")])
         .env_remove("KUBECONFIG")
         .env_remove("KUBELESS_NAMESPACE")
         .env_remove("KUBELESS_CONFIG")
@@ -284,6 +286,18 @@ async fn dashboard_in_a_headless_browser() {
 
     // Lists are plain HTML, and writes are protected, without any browser.
     let http = reqwest::Client::new();
+    for probe in ["healthz", "readyz"] {
+        let r = http
+            .get(format!("http://127.0.0.1:{admin_port}/{probe}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "the admin port answers /{probe} (the chart's probes)"
+        );
+    }
     let page = http.get(format!("{base}/functions")).send().await.unwrap();
     assert_eq!(page.status(), 200);
     let page = page.text().await.unwrap();
@@ -480,20 +494,17 @@ async fn dashboard_in_a_headless_browser() {
         "saved through the API"
     );
 
-    // The status block follows the cluster without a reload.
+    // The status block follows the cluster without a reload: Ready, and the old pod gone.
     eventually(
-        "the page to show the function Ready",
-        Duration::from_secs(30),
+        "the page to show the function Ready with 1/1 pods",
+        Duration::from_secs(60),
         || async {
-            b.find(Locator::Css("#status .badge.ok"))
-                .await
-                .ok()
-                .map(|_| ())
+            b.find(Locator::Css("#status .badge.ok")).await.ok()?;
+            let summary = text_of(&b, "#status .summary").await?;
+            summary.contains("1/1 READY").then_some(())
         },
     )
     .await;
-    let summary = text_of(&b, "#status .summary").await.unwrap();
-    assert!(summary.contains("1/1 READY"), "{summary}");
 
     // 4. Live logs show what the new code printed.
     eventually(

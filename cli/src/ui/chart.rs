@@ -164,7 +164,9 @@ fn latency(points: &[Point]) -> String {
         .iter()
         .filter_map(|p| p.p99_ms.or(p.p50_ms))
         .fold(0.0_f64, f64::max)
-        .max(1.0);
+        .max(1.0)
+        // Headroom, so the highest line is not drawn on the top edge.
+        * 1.2;
     let n = points.len().max(1) as f64;
     let step = (WIDTH - PAD) / n;
     let line = |pick: fn(&Point) -> Option<f64>| -> String {
