@@ -613,6 +613,31 @@ async fn dashboard_in_a_headless_browser() {
         median(&mut direct)
     );
 
+    // Without JavaScript: the call form posts to the server, which answers with the page; the
+    // log is a plain-text page.
+    let page = http
+        .post(format!("{base}/functions/hello/call"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("_token={token}&method=POST&headers=&body=nojs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(
+        page.contains(r#"<pre id="call-answer">Hello v2, you sent "#) && page.contains("nojs"),
+        "{page}"
+    );
+    let log = http
+        .get(format!("{base}/functions/hello/logs"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(log.contains("dashboard saw"), "{log}");
+
     // 6. The list: ready, runtime, age.
     b.goto(&format!("{base}/functions")).await.unwrap();
     let row = text_of(&b, "#functions tr[data-name=hello]").await.unwrap();

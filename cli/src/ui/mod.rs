@@ -518,9 +518,15 @@ async fn load_function_page(s: &AppState, name: &str) -> Result<view::FunctionPa
 }
 
 async fn function_page(State(s): State<Shared>, Path(name): Path<String>) -> Response {
-    match load_function_page(&s, &name).await {
-        Ok(page) => {
-            let charts = chart::render(&samples_of(&s, &name), None);
+    render_function_page(&s, &name, None).await
+}
+
+/// The function page, with a call's answer when the call form was posted without JavaScript.
+async fn render_function_page(s: &AppState, name: &str, answer: Option<String>) -> Response {
+    match load_function_page(s, name).await {
+        Ok(mut page) => {
+            page.answer = answer;
+            let charts = chart::render(&samples_of(s, name), None);
             s.page(
                 &format!("Function {name}"),
                 html::Nav::None,
@@ -556,25 +562,31 @@ struct CreateForm {
     code: String,
 }
 
-/// Builds and creates the Function with the same builder as `kubeless function deploy`.
-async fn create(ctx: &Ctx, name: &str, runtime: &str, handler: &str, code: &str) -> Result<()> {
+/// The code as `--from-file <module>.<ext>` would give it (content type, checksum).
+fn resolved_source(runtime: &str, handler: &str, code: &str) -> (String, spec::Resolved) {
     let file = format!(
         "{}.{}",
         handler.split('.').next().unwrap_or("handler"),
         templates::extension(runtime)
     );
-    let flags = FunctionFlags {
-        runtime: Some(runtime.to_string()),
-        handler: Some(handler.to_string()),
-        from_file: Some(file.clone()),
-        ..FunctionFlags::default()
-    };
-    spec::validate_deploy(&flags)?;
-    crate::config::check_runtime(ctx, runtime).await?;
     let resolved = spec::Resolved {
         source: Some(source::from_bytes(&file, code.as_bytes())),
         deps: None,
     };
+    (file, resolved)
+}
+
+/// Builds and creates the Function with the same builder as `kubeless function deploy`.
+async fn create(ctx: &Ctx, name: &str, runtime: &str, handler: &str, code: &str) -> Result<()> {
+    let (file, resolved) = resolved_source(runtime, handler, code);
+    let flags = FunctionFlags {
+        runtime: Some(runtime.to_string()),
+        handler: Some(handler.to_string()),
+        from_file: Some(file),
+        ..FunctionFlags::default()
+    };
+    spec::validate_deploy(&flags)?;
+    crate::config::check_runtime(ctx, runtime).await?;
     let f = spec::apply(name, &ctx.namespace, &flags, resolved, None)?;
     ctx.api::<Function>()
         .create(&PostParams::default(), &f)
@@ -613,15 +625,7 @@ async fn save_code(ctx: &Ctx, name: &str, code: &str) -> Result<Option<i64>> {
     let current = function::get_function(ctx, name).await?;
     let runtime = current.spec.runtime.clone().unwrap_or_default();
     let handler = current.spec.handler.clone().unwrap_or_default();
-    let file = format!(
-        "{}.{}",
-        handler.split('.').next().unwrap_or("handler"),
-        templates::extension(&runtime)
-    );
-    let resolved = spec::Resolved {
-        source: Some(source::from_bytes(&file, code.as_bytes())),
-        deps: None,
-    };
+    let (_, resolved) = resolved_source(&runtime, &handler, code);
     let updated = function::submit_update(ctx, name, &FunctionFlags::default(), resolved).await?;
     Ok(updated.metadata.generation)
 }
@@ -851,19 +855,7 @@ async fn call_form(
         Ok(out) => html::call_answer(out.status, out.millis, &out.headers, &out.body),
         Err(e) => html::error_box(Some(&human(&e))),
     };
-    match load_function_page(&s, &name).await {
-        Ok(mut page) => {
-            page.answer = Some(answer);
-            let charts = chart::render(&samples_of(&s, &name), None);
-            s.page(
-                &format!("Function {name}"),
-                html::Nav::None,
-                &html::function_page(&page, &s.token, &charts),
-            )
-            .into_response()
-        }
-        Err(e) => s.error_page(&e),
-    }
+    render_function_page(&s, &name, Some(answer)).await
 }
 
 // ---------------------------------------------------------------- logs
