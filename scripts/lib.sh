@@ -71,6 +71,9 @@ ensure_tools() {
   # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included).
   ensure_cmd kubectl kubernetes-client
   ensure_cmd nats-server nats-server
+  # Headless chromium and its WebDriver (the dashboard's browser test, cli/tests/dashboard.rs).
+  ensure_cmd chromium chromium
+  ensure_cmd chromedriver chromium-driver
   # librdkafka (built by the rdkafka crate) links OpenSSL for Kafka TLS and SASL/SCRAM.
   ensure_apt libssl-dev pkg-config
   # The Ruby and PHP function runtimes (workers, bundler and composer installs).

@@ -54,6 +54,8 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Print the controller configuration and the supported runtimes.
     GetServerConfig,
+    /// Serve the web dashboard on localhost, with this kubeconfig's rights.
+    Ui(crate::ui::UiArgs),
     /// Print the version of this kubeless command, of the Kubernetes server and of the CRDs.
     Version,
     /// Print a shell completion script.

@@ -53,7 +53,7 @@ async fn resolve(flags: &FunctionFlags) -> Result<spec::Resolved> {
     Ok(spec::Resolved { source, deps })
 }
 
-async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
+pub async fn get_function(ctx: &Ctx, name: &str) -> Result<Function> {
     ctx.api::<Function>().get(name).await.map_err(|e| {
         Error::kube_on(
             format!(
@@ -162,26 +162,40 @@ async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
         crate::config::check_runtime(ctx, rt).await?;
     }
     let resolved = resolve(&flags).await?;
-    let existing = get_function(ctx, &name).await?;
-    let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
-    kubeless_api::validate::function(&function)?;
     if flags.dryrun {
+        let existing = get_function(ctx, &name).await?;
+        let mut function = spec::apply(&name, &ctx.namespace, &flags, resolved, Some(existing))?;
+        kubeless_api::validate::function(&function)?;
         function.metadata.managed_fields = None;
         return output::print(&output::render_dryrun(&function, flags.output)?);
     }
-    // Keep the status out of a spec update (it is a subresource).
-    function.status = None;
     eprintln!("Redeploying function...");
-    let updated = ctx
-        .api::<Function>()
-        .replace(&name, &PostParams::default(), &function)
-        .await
-        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))?;
+    let updated = submit_update(ctx, &name, &flags, resolved).await?;
     eprintln!("Function {name} submitted for deployment");
     finish(ctx, &name, updated.metadata.generation, &flags).await
 }
 
-async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
+/// Applies the flags and resolved source to the stored Function `name` and replaces it. Returns
+/// the stored object: its generation is the one a rollout waits for.
+pub async fn submit_update(
+    ctx: &Ctx,
+    name: &str,
+    flags: &FunctionFlags,
+    resolved: spec::Resolved,
+) -> Result<Function> {
+    let existing = get_function(ctx, name).await?;
+    let mut function = spec::apply(name, &ctx.namespace, flags, resolved, Some(existing))?;
+    // The same rules as the CRD schema, checked before anything is sent.
+    kubeless_api::validate::function(&function)?;
+    // Keep the status out of a spec update (it is a subresource).
+    function.status = None;
+    ctx.api::<Function>()
+        .replace(name, &PostParams::default(), &function)
+        .await
+        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))
+}
+
+pub async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
     ctx.api::<Function>()
         .delete(name, &DeleteParams::default())
         .await
@@ -190,7 +204,7 @@ async fn delete(ctx: &Ctx, name: &str) -> Result<()> {
 }
 
 /// `/api/v1/namespaces/{ns}/services/{svc}:{port}/proxy/{path}` of the function's Service.
-async fn proxy_path(ctx: &Ctx, name: &str, path: &str) -> Result<String> {
+pub async fn proxy_path(ctx: &Ctx, name: &str, path: &str) -> Result<String> {
     let svc =
         ctx.api::<Service>().get(name).await.map_err(|e| {
             Error::kube(format!("Unable to find the service for function {name}"), e)
@@ -304,6 +318,94 @@ async fn no_endpoint_reason(ctx: &Ctx, name: &str) -> Result<Option<String>> {
     Ok(Some(why.join("; ")))
 }
 
+/// One request to a function, as `function call` and the dashboard's call form send it.
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    pub method: http::Method,
+    /// Extra headers; the Kubeless event headers not given here are filled in.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// `event-namespace` when the headers do not set it.
+    pub event_namespace: &'static str,
+}
+
+/// What the function answered, and how long the round trip through the proxy took.
+#[derive(Debug, Clone)]
+pub struct CallAnswer {
+    pub status: http::StatusCode,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub elapsed: Duration,
+}
+
+/// Sends `req` to function `name` through the API server's service proxy, adding the Kubeless
+/// event headers (`event-id`, `event-time`, `event-namespace`, `event-type`) it lacks.
+pub async fn send_call(ctx: &Ctx, name: &str, req: CallRequest) -> Result<CallAnswer> {
+    let CallRequest {
+        method,
+        headers,
+        body,
+        event_namespace,
+    } = req;
+    let path = proxy_path(ctx, name, "").await?;
+    let has = |h: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(h));
+    let mut builder = http::Request::builder().method(method).uri(path);
+    if !has("event-id") {
+        builder = builder.header("event-id", event_id());
+    }
+    if !has("event-time") {
+        builder = builder.header(
+            "event-time",
+            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        );
+    }
+    if !has("event-namespace") {
+        builder = builder.header("event-namespace", event_namespace);
+    }
+    if !has("event-type") {
+        let content_type = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| content_type_of(&String::from_utf8_lossy(&body)).to_string());
+        builder = builder.header("event-type", content_type);
+    }
+    for (k, v) in &headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    let request = builder
+        .body(body)
+        .map_err(|e| Error::usage(format!("building the request: {e}")))?;
+    let started = std::time::Instant::now();
+    let response = ctx
+        .client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .map_err(|e| Error::kube(format!("Cannot call function {name}"), e))?;
+    let status = response.status();
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    let body = response
+        .into_body()
+        .collect_bytes()
+        .await
+        .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
+    Ok(CallAnswer {
+        status,
+        headers,
+        body: body.to_vec(),
+        elapsed: started.elapsed(),
+    })
+}
+
 async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
     let CallArgs {
         name,
@@ -326,61 +428,48 @@ async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
         None if body.is_some() => http::Method::POST,
         None => http::Method::GET,
     };
-    let path = proxy_path(ctx, &name, "").await?;
     if let Some(why) = no_endpoint_reason(ctx, &name).await? {
         return Err(Error::NoEndpoint { name, why });
     }
-    let mut builder = http::Request::builder()
-        .uri(path)
-        .method(method)
-        .header("event-id", event_id())
-        .header(
-            "event-time",
-            chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        )
-        .header("event-namespace", "cli.kubeless.io");
-    let body = match body {
-        None => {
-            builder = builder.header("event-type", "application/x-www-form-urlencoded");
-            Vec::new()
-        }
+    // Kubeless's headers for the body, unless a --header names them: the user's win.
+    let mut headers: Vec<(String, String)> = match &body {
+        None => vec![(
+            "event-type".into(),
+            "application/x-www-form-urlencoded".into(),
+        )],
         Some(b) => {
-            let ct = content_type_of(&String::from_utf8_lossy(&b));
-            builder = builder
-                .header("event-type", ct)
-                .header(http::header::CONTENT_TYPE, ct);
-            b
+            let ct = content_type_of(&String::from_utf8_lossy(b));
+            vec![
+                ("event-type".into(), ct.into()),
+                (http::header::CONTENT_TYPE.as_str().into(), ct.into()),
+            ]
         }
     };
-    let mut request = builder
-        .body(body)
-        .map_err(|e| Error::usage(format!("building the request: {e}")))?;
-    for (k, v) in extra {
-        request.headers_mut().insert(k, v);
-    }
-    let send = async {
-        let response = ctx
-            .client
-            .send(request.map(kube::client::Body::from))
-            .await
-            .map_err(|e| Error::kube(format!("Cannot call function {name}"), e))?;
-        let status = response.status();
-        let head = response.headers().clone();
-        let body = response
-            .into_body()
-            .collect_bytes()
-            .await
-            .map_err(|e| Error::kube(format!("reading the answer of function {name}"), e))?;
-        Ok::<_, Error>((status, head, body))
+    headers.retain(|(k, _)| !extra.iter().any(|(n, _)| n.as_str().eq_ignore_ascii_case(k)));
+    headers.extend(extra.iter().map(|(k, v)| {
+        (
+            k.as_str().to_string(),
+            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        )
+    }));
+    let request = CallRequest {
+        method,
+        headers,
+        body: body.unwrap_or_default(),
+        event_namespace: "cli.kubeless.io",
     };
-    let (status, head, body) = tokio::time::timeout(Duration::from_secs(call_timeout), send)
-        .await
-        .map_err(|_| Error::CallTimeout)??;
-    let text = String::from_utf8_lossy(&body).into_owned();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(call_timeout),
+        send_call(ctx, &name, request),
+    )
+    .await
+    .map_err(|_| Error::CallTimeout)??;
+    let status = answer.status;
+    let text = String::from_utf8_lossy(&answer.body).into_owned();
     if include {
         let mut head_text = format!("HTTP/1.1 {status}\n");
-        for (k, v) in &head {
-            head_text.push_str(&format!("{k}: {}\n", String::from_utf8_lossy(v.as_bytes())));
+        for (k, v) in &answer.headers {
+            head_text.push_str(&format!("{k}: {v}\n"));
         }
         head_text.push('\n');
         output::print(&head_text)?;
@@ -564,14 +653,15 @@ async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {
     }
 }
 
-async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
-    let LogsArgs {
-        name,
-        follow,
-        tail,
-        since,
-    } = args;
-    let since_seconds = since.as_deref().map(parse_since).transpose()?;
+/// The log of function `name`'s ready pod (else its first pod), as a stream of bytes: the last
+/// `tail` lines and those of the last `since_seconds` when given.
+pub async fn log_stream(
+    ctx: &Ctx,
+    name: &str,
+    follow: bool,
+    tail: Option<i64>,
+    since_seconds: Option<i64>,
+) -> Result<std::pin::Pin<Box<dyn futures::AsyncBufRead + Send>>> {
     let pods = ctx
         .api::<Pod>()
         .list(&ListParams::default().labels(&format!("function={name}")))
@@ -594,7 +684,7 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         .as_ref()
         .is_some_and(|s| s.containers.iter().any(|c| c.name == name));
     let params = LogParams {
-        container: has_container.then(|| name.clone()),
+        container: has_container.then(|| name.to_string()),
         follow,
         tail_lines: tail,
         since_seconds,
@@ -606,7 +696,20 @@ async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
         .log_stream(&pod_name, &params)
         .await
         .map_err(|e| Error::kube(format!("reading the log of pod {pod_name}"), e))?;
-    let mut lines = stream.lines();
+    Ok(Box::pin(stream))
+}
+
+async fn logs(ctx: &Ctx, args: LogsArgs) -> Result<()> {
+    let LogsArgs {
+        name,
+        follow,
+        tail,
+        since,
+    } = args;
+    let since_seconds = since.as_deref().map(parse_since).transpose()?;
+    let mut lines = log_stream(ctx, &name, follow, tail, since_seconds)
+        .await?
+        .lines();
     while let Some(line) = lines
         .try_next()
         .await
@@ -700,7 +803,7 @@ pub fn top_table(rows: &[TopRow]) -> Table {
     t
 }
 
-async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
+pub async fn scrape(ctx: &Ctx, name: &str) -> Result<String> {
     let path = proxy_path(ctx, name, "metrics").await?;
     let request = http::Request::get(path)
         .body(Vec::new())

@@ -18,6 +18,7 @@ pub mod selector;
 pub mod source;
 pub mod spec;
 pub mod trigger;
+pub mod ui;
 pub mod wait;
 
 use clap::CommandFactory;
@@ -94,6 +95,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Trigger(cmd) => trigger::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::Autoscale(cmd) => autoscale::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::GetServerConfig => config::get_server_config(&Ctx::connect(&kube).await?).await,
+        Command::Ui(args) => ui::run(&kube, args).await,
     }
 }
 

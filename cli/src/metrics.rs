@@ -91,6 +91,34 @@ fn label(labels: &str, key: &str) -> Option<String> {
     None
 }
 
+/// The cumulative buckets of `function_duration_seconds`, summed over methods: `(le, count)`
+/// sorted by `le` (`+Inf` last). The dashboard turns two scrapes of them into p50/p99.
+pub fn duration_buckets(text: &str) -> Vec<(f64, f64)> {
+    let mut by_le: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some(("function_duration_seconds_bucket", labels, value)) = split_sample(line) else {
+            continue;
+        };
+        let (Some(le_text), Ok(value)) = (label(labels, "le"), value.parse::<f64>()) else {
+            continue;
+        };
+        let le = match le_text.as_str() {
+            "+Inf" | "Inf" => f64::INFINITY,
+            t => match t.parse::<f64>() {
+                Ok(v) => v,
+                Err(_) => continue,
+            },
+        };
+        by_le.entry(le_text).or_insert((le, 0.0)).1 += value;
+    }
+    let mut out: Vec<(f64, f64)> = by_le.into_values().collect();
+    out.sort_by(|a, b| a.0.total_cmp(&b.0));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +145,23 @@ other_metric 7
         assert_eq!(m["POST"].failures, 1.0);
         assert_eq!(m["POST"].duration_sum, 1.5);
         assert_eq!(m["POST"].duration_count, 2.0);
+    }
+
+    #[test]
+    fn duration_buckets_summed_over_methods() {
+        let text = r#"function_duration_seconds_bucket{le="0.005",method="GET"} 1
+function_duration_seconds_bucket{le="0.1",method="GET"} 3
+function_duration_seconds_bucket{le="+Inf",method="GET"} 4
+function_duration_seconds_bucket{method="POST",le="0.005"} 2
+function_duration_seconds_bucket{method="POST",le="0.1"} 2
+function_duration_seconds_bucket{method="POST",le="+Inf"} 2
+function_calls_total{method="GET"} 4
+"#;
+        assert_eq!(
+            duration_buckets(text),
+            vec![(0.005, 3.0), (0.1, 5.0), (f64::INFINITY, 6.0)]
+        );
+        assert!(duration_buckets("").is_empty());
     }
 
     #[test]
