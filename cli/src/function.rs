@@ -445,7 +445,11 @@ async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
             ]
         }
     };
-    headers.retain(|(k, _)| !extra.iter().any(|(n, _)| n.as_str().eq_ignore_ascii_case(k)));
+    headers.retain(|(k, _)| {
+        !extra
+            .iter()
+            .any(|(n, _)| n.as_str().eq_ignore_ascii_case(k))
+    });
     headers.extend(extra.iter().map(|(k, v)| {
         (
             k.as_str().to_string(),

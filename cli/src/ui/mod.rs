@@ -337,25 +337,6 @@ fn refuse_bad_token(state: &AppState, given: &str) -> Option<Response> {
 
 // ---------------------------------------------------------------- errors
 
-/// One human sentence for an error: the API server's own message, never a debug dump.
-pub fn human(e: &Error) -> String {
-    match e {
-        Error::Kube {
-            what,
-            source: kube::Error::Api(s),
-        } => {
-            let msg = if s.message.is_empty() {
-                s.reason.as_str()
-            } else {
-                s.message.as_str()
-            };
-            format!("{what}: {msg}")
-        }
-        Error::Kube { what, .. } => format!("{what}: the API server could not be reached"),
-        other => crate::error_chain(other),
-    }
-}
-
 fn status_of_error(e: &Error) -> StatusCode {
     match e {
         Error::Kube {
@@ -373,7 +354,7 @@ struct ApiError {
 }
 
 fn api_error(e: &Error) -> Response {
-    (status_of_error(e), Json(ApiError { error: human(e) })).into_response()
+    (status_of_error(e), Json(ApiError { error: e.human() })).into_response()
 }
 
 impl AppState {
@@ -393,7 +374,7 @@ impl AppState {
             self.page(
                 "Something went wrong",
                 html::Nav::None,
-                &html::error_box(Some(&human(e))),
+                &html::error_box(Some(&e.human())),
             ),
         )
             .into_response()
@@ -546,7 +527,7 @@ async fn status_fragment(State(s): State<Shared>, Path(name): Path<String>) -> R
             Html(html::function_status(&page)),
         )
             .into_response(),
-        Err(e) => (status_of_error(&e), Html(html::error_box(Some(&human(&e))))).into_response(),
+        Err(e) => (status_of_error(&e), Html(html::error_box(Some(&e.human())))).into_response(),
     }
 }
 
@@ -612,7 +593,7 @@ async fn create_function(State(s): State<Shared>, Form(f): Form<CreateForm>) -> 
                 s.page(
                     "New function",
                     html::Nav::NewFunction,
-                    &html::new_function_page(&form, &s.token, Some(&human(&e))),
+                    &html::new_function_page(&form, &s.token, Some(&e.human())),
                 ),
             )
                 .into_response()
@@ -853,7 +834,7 @@ async fn call_form(
     }
     let answer = match do_call(&s.ctx, &name, f.input).await {
         Ok(out) => html::call_answer(out.status, out.millis, &out.headers, &out.body),
-        Err(e) => html::error_box(Some(&human(&e))),
+        Err(e) => html::error_box(Some(&e.human())),
     };
     render_function_page(&s, &name, Some(answer)).await
 }
@@ -872,7 +853,7 @@ async fn logs_text(State(s): State<Shared>, Path(name): Path<String>) -> Respons
     };
     match read.await {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response(),
-        Err(e) => (status_of_error(&e), human(&e)).into_response(),
+        Err(e) => (status_of_error(&e), e.human()).into_response(),
     }
 }
 
@@ -895,7 +876,7 @@ async fn logs_sse(State(s): State<Shared>, Path(name): Path<String>) -> Response
                 opened.chain(lines).boxed()
             }
             Err(e) => {
-                let msg = human(&e);
+                let msg = e.human();
                 futures::stream::once(async move {
                     Ok(SseEvent::default()
                         .event("status")
@@ -938,7 +919,7 @@ async fn charts(State(s): State<Shared>, Path(name): Path<String>) -> Response {
             }
             None
         }
-        Err(e) => Some(human(&e)),
+        Err(e) => Some(e.human()),
     };
     (
         [(header::CACHE_CONTROL, "no-store")],
@@ -997,7 +978,7 @@ where
                 .collect();
             (rows, None)
         }
-        Err(e) => (Vec::new(), Some(human(&e))),
+        Err(e) => (Vec::new(), Some(e.human())),
     };
     view::TriggerSection {
         kind: kind.kind,
@@ -1191,7 +1172,7 @@ async fn trigger_write(s: &AppState, cmd: Result<TriggerCmd>) -> Response {
     match result {
         Ok(()) => Redirect::to("/triggers").into_response(),
         Err(e) => {
-            let body = render_triggers(s, Some(&human(&e))).await;
+            let body = render_triggers(s, Some(&e.human())).await;
             (
                 status_of_error(&e),
                 s.page("Triggers", html::Nav::Triggers, &body),
@@ -1367,11 +1348,11 @@ mod tests {
         .with_code(409);
         let e = Error::kube("Failed to deploy x", kube::Error::Api(Box::new(status)));
         assert_eq!(
-            human(&e),
+            e.human(),
             "Failed to deploy x: functions.kubeless.io \"x\" already exists"
         );
         assert_eq!(status_of_error(&e), StatusCode::CONFLICT);
-        assert!(!human(&e).contains("ErrorResponse") && !human(&e).contains("Status {"));
+        assert!(!e.human().contains("ErrorResponse") && !e.human().contains("Status {"));
     }
 
     #[test]
