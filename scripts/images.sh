@@ -37,6 +37,10 @@ kafka-trigger $VERSION services/kafka-trigger/Dockerfile
 kinesis-trigger $VERSION services/kinesis-trigger/Dockerfile
 runtime-python 3.11 runtimes/python/Dockerfile
 runtime-nodejs ${NODE_MAJOR:-none} runtimes/nodejs/Dockerfile
+runtime-ruby 3.1 runtimes/ruby/Dockerfile
+runtime-php 8.2 runtimes/php/Dockerfile
+runtime-go 1.19 runtimes/go/Dockerfile
+runtime-java 17 runtimes/java/Dockerfile
 EOF
 }
 

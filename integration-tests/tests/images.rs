@@ -92,6 +92,50 @@ fn is_rust_service(name: &str) -> bool {
     !name.starts_with("runtime-")
 }
 
+/// Compilers, linkers and package managers no image may ship unless it needs them.
+const BUILD_TOOLS: &[&str] = &[
+    "cargo", "rustc", "gcc", "cc", "ld", "go", "javac", "mvn", "composer", "bundle", "npm", "pip3",
+];
+
+/// The build tools a runtime image must ship: its init steps run in the image itself (the
+/// function-controller uses the runtime image for `install` and `compile`), so pip, npm, bundler
+/// and composer install a function's dependencies, and the Go toolchain, javac and Maven build
+/// the function. None of them links C: there is still no C compiler or linker in any image.
+fn init_tools(name: &str) -> &'static [&'static str] {
+    match name {
+        "runtime-python" => &["pip3"],
+        "runtime-nodejs" => &["npm"],
+        "runtime-ruby" => &["bundle"],
+        "runtime-php" => &["composer"],
+        "runtime-go" => &["go"],
+        "runtime-java" => &["javac", "mvn"],
+        _ => &[],
+    }
+}
+
+/// The interpreter or toolchain a runtime image runs, as `(entrypoint, args, expected)`: the
+/// command's output (stdout and stderr) must contain `expected`.
+fn version_check(name: &str) -> Option<(&'static str, &'static [&'static str], &'static str)> {
+    Some(match name {
+        "runtime-ruby" => (
+            "ruby",
+            &["-e", "require 'bundler'; puts \"ruby #{RUBY_VERSION}\""],
+            "ruby 3.1.",
+        ),
+        "runtime-php" => (
+            "php",
+            &[
+                "-r",
+                "echo 'php ', PHP_MAJOR_VERSION, '.', PHP_MINOR_VERSION, PHP_EOL;",
+            ],
+            "php 8.2",
+        ),
+        "runtime-go" => ("go", &["version"], "go version go1.19"),
+        "runtime-java" => ("javac", &["-version"], "javac 17."),
+        _ => return None,
+    })
+}
+
 #[test]
 fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
     require_tools();
@@ -151,11 +195,17 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
             revision.as_str()
         );
         let paths = files(reference);
-        for tool in ["cargo", "rustc", "gcc", "cc", "ld"] {
-            assert!(
-                !paths.iter().any(|p| p.ends_with(&format!("bin/{tool}"))),
-                "{name} ships the build tool {tool}"
-            );
+        let has_tool = |tool: &str| paths.iter().any(|p| p.ends_with(&format!("bin/{tool}")));
+        let needed = init_tools(name);
+        for tool in BUILD_TOOLS {
+            if needed.contains(tool) {
+                assert!(
+                    has_tool(tool),
+                    "{name} lacks {tool}, which its init step runs"
+                );
+            } else {
+                assert!(!has_tool(tool), "{name} ships the build tool {tool}");
+            }
         }
         if is_rust_service(name) {
             assert!(
@@ -242,6 +292,26 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
                 ]));
                 let version = String::from_utf8_lossy(&out.stdout);
                 assert!(version.starts_with(&format!("{tag}.")), "node {version}");
+            }
+            if let Some((entrypoint, args, expected)) = version_check(name) {
+                let out = run(Command::new("podman")
+                    .args([
+                        "run",
+                        "--rm",
+                        "--network",
+                        "none",
+                        "--entrypoint",
+                        entrypoint,
+                        &remote,
+                    ])
+                    .args(args));
+                let version = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                println!("{name}: {}", version.trim());
+                assert!(version.contains(expected), "{name}: {version}");
             }
         }
     });
@@ -475,4 +545,188 @@ fn idle_memory_of_each_service_in_its_container() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+/// POST `body` to / on 127.0.0.1:`port`; the whole response, or None if the connection failed.
+fn post(port: u16, body: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    // The first call starts a worker (a JVM for Java) on a loaded machine.
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(120)));
+    s.write_all(format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ).as_bytes())
+        .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// Each Ruby, PHP, Go and Java image runs a function the way the function-controller's pod does:
+/// the runtime's fixture in a volume owned by user 65532, the `compile` init step in the image for
+/// Go and Java (its time is printed: Go's is short because the image ships a warm build cache;
+/// Java's fixture has a pom.xml, so Maven resolves commons-io offline from the image's Debian
+/// repository), then the image's default command serving it; a call must return the function's
+/// answer.
+#[test]
+fn ruby_php_go_java_images_serve_a_function() {
+    require_tools();
+    let fixtures = repo_root().join("runtimes/proxy/tests/fixtures");
+    // (image, fixture folder, FUNC_RUNTIME, MOD_NAME, FUNC_HANDLER, compile step, body, answer)
+    let cases = [
+        (
+            "runtime-ruby",
+            "ruby",
+            "ruby3.1",
+            "funcs",
+            "hello",
+            false,
+            "x",
+            "hello world",
+        ),
+        (
+            "runtime-php",
+            "php",
+            "php8.2",
+            "funcs",
+            "hello",
+            false,
+            "x",
+            "hello world",
+        ),
+        (
+            "runtime-go",
+            "go",
+            "go1.19",
+            "funcs",
+            "Echo",
+            true,
+            "from go",
+            "from go",
+        ),
+        (
+            "runtime-java",
+            "java-deps",
+            "java17",
+            "Ext",
+            "ext",
+            true,
+            "report.tar.gz",
+            "gz",
+        ),
+    ];
+    let tags: BTreeMap<String, String> = names().into_iter().collect();
+    let mut report = Vec::new();
+    for (image, fixture, runtime, module, handler, compiled, body, expected) in cases {
+        let reference = format!("localhost/kubeless-rs/{image}:{}", tags[image]);
+        let present = Command::new("podman")
+            .args(["image", "exists", &reference])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            present,
+            "{reference} is not built: `KUBELESS_IMAGE_SKIP_CARGO=1 scripts/images.sh build {image}` (scripts/test.sh builds every image)"
+        );
+        let vol = std::env::temp_dir().join(format!("kubeless-{image}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&vol);
+        std::fs::create_dir_all(&vol).unwrap();
+        for entry in std::fs::read_dir(fixtures.join(fixture)).unwrap() {
+            let entry = entry.unwrap();
+            std::fs::copy(entry.path(), vol.join(entry.file_name())).unwrap();
+        }
+        // The pod's emptyDir belongs to the function's group (fsGroup 65532).
+        run(Command::new("chown").arg("-R").arg("65532:65532").arg(&vol));
+        let mount = format!("{}:/kubeless", vol.display());
+        let env = [
+            format!("FUNC_RUNTIME={runtime}"),
+            format!("MOD_NAME={module}"),
+            format!("FUNC_HANDLER={handler}"),
+            "KUBELESS_INSTALL_VOLUME=/kubeless".to_string(),
+        ];
+        let env_args: Vec<String> = env
+            .iter()
+            .flat_map(|e| ["-e".to_string(), e.clone()])
+            .collect();
+        let result = std::panic::catch_unwind(|| {
+            let mut line = format!("{image}:");
+            if compiled {
+                let start = Instant::now();
+                run(Command::new("podman")
+                    .args([
+                        "run",
+                        "--rm",
+                        "--network",
+                        "none",
+                        "--cap-drop",
+                        "ALL",
+                        "-v",
+                        &mount,
+                    ])
+                    .args(&env_args)
+                    .args([&reference, "compile"]));
+                line.push_str(&format!(
+                    " compile step {:.1} s,",
+                    start.elapsed().as_secs_f64()
+                ));
+            }
+            let port = free_port();
+            let name = format!("kubeless-serve-{image}-{}", std::process::id());
+            let start = Instant::now();
+            run(Command::new("podman")
+                .args([
+                    "run",
+                    "-d",
+                    "--name",
+                    &name,
+                    "--network",
+                    "host",
+                    "--cap-drop",
+                    "ALL",
+                ])
+                .args(["--security-opt", "no-new-privileges", "-v", &mount])
+                .args(&env_args)
+                .args([
+                    "-e".to_string(),
+                    format!("FUNC_PORT={port}"),
+                    "-e".to_string(),
+                    "KUBELESS_LISTEN_ADDRESS=127.0.0.1".to_string(),
+                    reference.clone(),
+                ]));
+            let ok = wait_healthy(port);
+            let answer = if ok { post(port, body) } else { None };
+            line.push_str(&format!(
+                " healthy and first call answered in {:.1} s",
+                start.elapsed().as_secs_f64()
+            ));
+            let logs = Command::new("podman")
+                .args(["logs", "--tail", "20", &name])
+                .output()
+                .map(|o| {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                })
+                .unwrap_or_default();
+            let _ = Command::new("podman")
+                .args(["rm", "-f", "-t", "2", &name])
+                .output();
+            assert!(ok, "{image} never answered /healthz:\n{logs}");
+            let answer = answer.unwrap_or_default();
+            assert!(
+                answer.starts_with("HTTP/1.1 200")
+                    && answer.ends_with(&format!("\r\n\r\n{expected}")),
+                "{image}: POST {body:?} answered {answer:?}, not {expected:?}\n{logs}"
+            );
+            line
+        });
+        let _ = std::fs::remove_dir_all(&vol);
+        match result {
+            Ok(line) => report.push(line),
+            Err(e) => std::panic::resume_unwind(e),
+        }
+    }
+    println!("{}", report.join("\n"));
 }
