@@ -428,6 +428,8 @@ async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
         None if body.is_some() => http::Method::POST,
         None => http::Method::GET,
     };
+    // A function without a Service is not deployed at all: say that before looking at pods.
+    proxy_path(ctx, &name, "").await?;
     if let Some(why) = no_endpoint_reason(ctx, &name).await? {
         return Err(Error::NoEndpoint { name, why });
     }

@@ -1347,9 +1347,12 @@ mod tests {
         )
         .with_code(409);
         let e = Error::kube("Failed to deploy x", kube::Error::Api(Box::new(status)));
+        // The CLI's one sentence: what failed, the server's answer, what to do next.
         assert_eq!(
             e.human(),
-            "Failed to deploy x: functions.kubeless.io \"x\" already exists"
+            "Failed to deploy x: the API server answered 409 (functions.kubeless.io \"x\" \
+             already exists). Change the existing object with the matching `update` command, \
+             or delete it first"
         );
         assert_eq!(status_of_error(&e), StatusCode::CONFLICT);
         assert!(!e.human().contains("ErrorResponse") && !e.human().contains("Status {"));
