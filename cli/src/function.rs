@@ -77,11 +77,6 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         schedule,
     } = args;
     spec::validate_deploy(&flags)?;
-    if let Some(s) = &schedule
-        && let Err(why) = crate::trigger::check_schedule(s)
-    {
-        return Err(crate::trigger::schedule_error(s, &why));
-    }
     if let Some(rt) = &flags.runtime
         && !flags.dryrun
     {
@@ -104,7 +99,12 @@ async fn deploy(ctx: &Ctx, args: DeployArgs) -> Result<()> {
         t
     });
     if let Some(t) = &trigger {
+        // The schema's rules first (the API server's own message), then what its pattern cannot
+        // say (field ranges such as minute 99), with the cron parser the controller uses.
         kubeless_api::validate::cronjob_trigger(t)?;
+        if let Err(why) = crate::trigger::check_schedule(&t.spec.schedule) {
+            return Err(crate::trigger::schedule_error(&t.spec.schedule, &why));
+        }
     }
     if flags.dryrun {
         output::print(&output::render_dryrun(&function, flags.output)?)?;
