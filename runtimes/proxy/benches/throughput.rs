@@ -40,6 +40,7 @@ fn main() {
         echo_server(port.parse().unwrap());
         return;
     }
+    require_uvicorn();
     let secs: f64 = std::env::var("KUBELESS_BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -67,7 +68,6 @@ fn main() {
         "hello",
     );
 
-    require_uvicorn();
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let uvicorn_n = format!("uvicorn, {cpus} workers");
     let mut targets: Vec<(&str, Launcher)> = vec![
@@ -174,38 +174,32 @@ fn main() {
     let base = &results[0].1;
     println!("\nratios vs baseline (req/s share; p50 multiple):");
     for (name, points) in &results[1..] {
-        let cells: Vec<String> = CONNS
-            .iter()
-            .zip(points.iter().zip(base))
-            .map(|(c, (p, b))| {
-                format!(
-                    "c{c}: {:.1}% req/s, p50 x{:.2}",
-                    100.0 * p.rps / b.rps,
-                    p.p50_us / b.p50_us
-                )
-            })
-            .collect();
-        println!("{name:<24} {}", cells.join(" | "));
+        println!("{name:<24} {}", ratios(points, base));
     }
     let row = |want: &str| results.iter().find(|(n, _)| *n == want).map(|(_, p)| p);
     if let Some(py) = row("python hello") {
         println!("\npython hello vs bare uvicorn (req/s share; p50 multiple):");
         for base in ["uvicorn, 1 worker", uvicorn_n.as_str()] {
             let Some(b) = row(base) else { continue };
-            let cells: Vec<String> = CONNS
-                .iter()
-                .zip(py.iter().zip(b))
-                .map(|(c, (p, b))| {
-                    format!(
-                        "c{c}: {:.1}% req/s, p50 x{:.2}",
-                        100.0 * p.rps / b.rps,
-                        p.p50_us / b.p50_us
-                    )
-                })
-                .collect();
-            println!("vs {base:<21} {}", cells.join(" | "));
+            println!("vs {base:<21} {}", ratios(py, b));
         }
     }
+}
+
+/// Per connection count: the req/s share of `base` and the p50 multiple of it.
+fn ratios(points: &[Point], base: &[Point]) -> String {
+    let cells: Vec<String> = CONNS
+        .iter()
+        .zip(points.iter().zip(base))
+        .map(|(c, (p, b))| {
+            format!(
+                "c{c}: {:.1}% req/s, p50 x{:.2}",
+                100.0 * p.rps / b.rps,
+                p.p50_us / b.p50_us
+            )
+        })
+        .collect();
+    cells.join(" | ")
 }
 
 /// Fails the bench with how to get uvicorn when it is missing.
