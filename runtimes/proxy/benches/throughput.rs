@@ -8,6 +8,11 @@
 //! process on a loopback port; the load generator is one thread.
 //! KUBELESS_BENCH_SECONDS sets the time per point (default 3).
 //!
+//! Python has a second baseline: a bare uvicorn ASGI "hello world" (`benches/uvicorn_hello.py`),
+//! with one uvicorn worker process and with as many as the runtime's pool grows to (the CPUs),
+//! each process a single-threaded asyncio loop with uvicorn's default (pure-Python h11) parser.
+//! uvicorn must be installed (`python3 -m pip install uvicorn`; `scripts/lib.sh` does it).
+//!
 //! Before the load, it also prints each runtime's idle memory: the proxy plus its workers
 //! (one worker: the pool starts small and grows under load), as the sum of RSS and of PSS
 //! (PSS splits shared pages between the processes, as a container's memory accounting counts
@@ -35,6 +40,7 @@ fn main() {
         echo_server(port.parse().unwrap());
         return;
     }
+    require_uvicorn();
     let secs: f64 = std::env::var("KUBELESS_BENCH_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -62,6 +68,8 @@ fn main() {
         "hello",
     );
 
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let uvicorn_n = format!("uvicorn, {cpus} workers");
     let mut targets: Vec<(&str, Launcher)> = vec![
         (
             "baseline (bare hyper)",
@@ -70,6 +78,11 @@ fn main() {
                 c.env("KUBELESS_BENCH_ECHO_PORT", port.to_string());
                 c
             }),
+        ),
+        ("uvicorn, 1 worker", Box::new(|port| uvicorn(port, 1))),
+        (
+            uvicorn_n.as_str(),
+            Box::new(move |port| uvicorn(port, cpus)),
         ),
         (
             "proxy + no-op worker",
@@ -161,19 +174,67 @@ fn main() {
     let base = &results[0].1;
     println!("\nratios vs baseline (req/s share; p50 multiple):");
     for (name, points) in &results[1..] {
-        let cells: Vec<String> = CONNS
-            .iter()
-            .zip(points.iter().zip(base))
-            .map(|(c, (p, b))| {
-                format!(
-                    "c{c}: {:.1}% req/s, p50 x{:.2}",
-                    100.0 * p.rps / b.rps,
-                    p.p50_us / b.p50_us
-                )
-            })
-            .collect();
-        println!("{name:<24} {}", cells.join(" | "));
+        println!("{name:<24} {}", ratios(points, base));
     }
+    let row = |want: &str| results.iter().find(|(n, _)| *n == want).map(|(_, p)| p);
+    if let Some(py) = row("python hello") {
+        println!("\npython hello vs bare uvicorn (req/s share; p50 multiple):");
+        for base in ["uvicorn, 1 worker", uvicorn_n.as_str()] {
+            let Some(b) = row(base) else { continue };
+            println!("vs {base:<21} {}", ratios(py, b));
+        }
+    }
+}
+
+/// Per connection count: the req/s share of `base` and the p50 multiple of it.
+fn ratios(points: &[Point], base: &[Point]) -> String {
+    let cells: Vec<String> = CONNS
+        .iter()
+        .zip(points.iter().zip(base))
+        .map(|(c, (p, b))| {
+            format!(
+                "c{c}: {:.1}% req/s, p50 x{:.2}",
+                100.0 * p.rps / b.rps,
+                p.p50_us / b.p50_us
+            )
+        })
+        .collect();
+    cells.join(" | ")
+}
+
+/// Fails the bench with how to get uvicorn when it is missing.
+fn require_uvicorn() {
+    let ok = Command::new("python3")
+        .args(["-c", "import uvicorn"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "the uvicorn baseline needs uvicorn: `python3 -m pip install uvicorn` \
+         (scripts/lib.sh ensure_tools installs it)"
+    );
+}
+
+/// A bare uvicorn serving `benches/uvicorn_hello.py`: the uvicorn command line for one worker
+/// process; for more, the script's own launcher (one SO_REUSEPORT socket per process, as
+/// `uvicorn --workers` loses TCP_NODELAY; see the script).
+fn uvicorn(port: u16, workers: usize) -> Command {
+    let benches = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches");
+    let mut c = Command::new("python3");
+    if workers == 1 {
+        c.args(["-m", "uvicorn", "--app-dir"])
+            .arg(&benches)
+            .args(["uvicorn_hello:app", "--host", "127.0.0.1", "--port"])
+            .arg(port.to_string())
+            .args(["--log-level", "warning", "--no-access-log"]);
+    } else {
+        c.arg(benches.join("uvicorn_hello.py"))
+            .arg(port.to_string())
+            .arg(workers.to_string());
+    }
+    c
 }
 
 /// Copies a fixture folder and runs `compile` in it; None (with a note) if the toolchain is missing.

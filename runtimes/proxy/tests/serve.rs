@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Lang, Opts, Runtime, client, metric};
+use common::{Lang, Opts, Runtime, client, metric, otlp_receiver};
 
 async fn hello_any_method_and_path(lang: Lang) {
     let rt = Runtime::start(lang, Opts::default()).await;
@@ -779,45 +779,6 @@ async fn access_log_is_kubeless_combined_by_default_and_timed_on_request() {
         rest.starts_with("127.0.0.1 \"GET /t HTTP/1.1\" 200 11 ") && rest.ends_with("ms"),
         "{line}"
     );
-}
-
-/// An in-process OTLP/HTTP receiver: collects the ExportTraceServiceRequest bodies posted to it.
-async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>) {
-    use http_body_util::BodyExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let sink = got.clone();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let sink = sink.clone();
-            tokio::spawn(async move {
-                let svc =
-                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let sink = sink.clone();
-                        async move {
-                            let path = req.uri().path().to_owned();
-                            let body = req.into_body().collect().await.unwrap().to_bytes();
-                            if path == "/v1/traces" {
-                                sink.lock().unwrap().push(body);
-                            }
-                            let mut r =
-                                http::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
-                            r.headers_mut()
-                                .insert("content-type", "application/x-protobuf".parse().unwrap());
-                            Ok::<_, std::convert::Infallible>(r)
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
-                    .await;
-            });
-        }
-    });
-    (url, got)
 }
 
 async fn server_span_is_child_of_the_callers_traceparent(lang: Lang) {

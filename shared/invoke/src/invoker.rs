@@ -15,6 +15,8 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use opentelemetry::trace::TraceContextExt;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::event::{self, Event, HeaderError};
 use crate::resolve::{Endpoint, Resolve, ResolveError};
@@ -264,7 +266,28 @@ impl Invoker {
                 return outcome;
             }
         };
-        event::inject_traceparent(&mut headers, event.parent.as_ref());
+        // The client span of this attempt (exported when the process exports OTLP): a child of
+        // the event's parent, else of the current span; the function's span becomes its child.
+        let span = tracing::info_span!(
+            "invoke",
+            otel.name = %prepared.method,
+            otel.kind = "client",
+            event.id = %prepared.event_id,
+            faas.invoked_name = %target.name,
+            faas.invoked_namespace = %target.namespace,
+            http.response.status_code = tracing::field::Empty,
+        );
+        if let Some(parent) = &event.parent {
+            // Fails only when the span is disabled or no OpenTelemetry layer is installed.
+            let _ = span.set_parent(parent.clone());
+        }
+        let own = span.context();
+        let parent = if own.span().span_context().is_valid() {
+            Some(&own)
+        } else {
+            event.parent.as_ref()
+        };
+        event::inject_traceparent(&mut headers, parent);
         let mut request = http::Request::new(Full::new(prepared.body.clone()));
         *request.method_mut() = prepared.method.clone();
         *request.uri_mut() = endpoint.uri().clone();
@@ -293,6 +316,7 @@ impl Invoker {
         outcome.latency = start.elapsed();
         match result {
             Ok((status, body)) => {
+                span.record("http.response.status_code", status.as_u16());
                 outcome.status = Some(status);
                 outcome.body = body;
                 if classify_status(status) != Class::Success {

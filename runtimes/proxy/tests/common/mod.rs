@@ -364,3 +364,74 @@ pub fn metric(text: &str, series: &str) -> Option<f64> {
         })
         .and_then(|v| v.trim().parse().ok())
 }
+
+/// An in-process OTLP/HTTP receiver: collects the ExportTraceServiceRequest bodies posted to it.
+pub async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<bytes::Bytes>>>) {
+    use http_body_util::BodyExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = got.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let sink = sink.clone();
+            tokio::spawn(async move {
+                let svc =
+                    hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let sink = sink.clone();
+                        async move {
+                            let path = req.uri().path().to_owned();
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            if path == "/v1/traces" {
+                                sink.lock().unwrap().push(body);
+                            }
+                            let mut r =
+                                http::Response::new(http_body_util::Full::new(bytes::Bytes::new()));
+                            r.headers_mut()
+                                .insert("content-type", "application/x-protobuf".parse().unwrap());
+                            Ok::<_, std::convert::Infallible>(r)
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (url, got)
+}
+
+/// Every span in the bodies `otlp_receiver` got so far, with its resource's `service.name`.
+pub fn exported_spans(
+    got: &std::sync::Mutex<Vec<bytes::Bytes>>,
+) -> Vec<(String, opentelemetry_proto::tonic::trace::v1::Span)> {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value;
+    use prost::Message;
+    let bodies: Vec<bytes::Bytes> = got.lock().unwrap().clone();
+    let mut out = Vec::new();
+    for body in bodies {
+        let req = ExportTraceServiceRequest::decode(body).unwrap();
+        for rs in req.resource_spans {
+            let service = rs
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|a| a.key == "service.name")
+                .and_then(|a| match a.value.as_ref().and_then(|v| v.value.as_ref()) {
+                    Some(Value::StringValue(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default();
+            for ss in rs.scope_spans {
+                for span in ss.spans {
+                    out.push((service.clone(), span));
+                }
+            }
+        }
+    }
+    out
+}
