@@ -145,24 +145,16 @@ async fn start_and_sigterm_times() {
     env.shutdown().await;
 }
 
-/// Handover: two replicas, SIGKILL the leader, time until the standby holds the Lease and
-/// reconciles a Function created after the kill.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known regression after the session-2 merges: the standby takes the Lease within \
-            the lease duration but does not reconcile a Function created after the kill within \
-            10 s (suspected: its first reconcile waits for its child caches); run with --ignored \
-            while fixing it (issue 16)"]
-async fn handover_times() {
-    let env = Env::start(false).await;
+/// Handover in `env`: two replicas, SIGKILL the leader, time until the standby holds the Lease
+/// and reconciles a Function created after the kill; prints the times and asserts them.
+async fn handover(env: &Env) {
     let mut report = Vec::new();
-    // Handover: two replicas, SIGKILL the leader, time until the standby holds the Lease and
-    // reconciles a Function created after the kill.
-    let mut a = spawn(&env, "replica-a", true);
-    let mut b = spawn(&env, "replica-b", true);
+    let mut a = spawn(env, "replica-a", true);
+    let mut b = spawn(env, "replica-b", true);
     let t0 = Instant::now();
     let mut leader = None;
     while t0.elapsed() < LIMIT && leader.is_none() {
-        leader = holder(&env).await;
+        leader = holder(env).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let leader = leader.expect("a replica takes the Lease");
@@ -180,10 +172,10 @@ async fn handover_times() {
     dead.kill().unwrap();
     dead.wait().unwrap();
     let killed = Instant::now();
-    create_function(&env, "after-kill").await;
+    create_function(env, "after-kill").await;
     let mut handover = None;
     while killed.elapsed() < LIMIT + Duration::from_secs(u64::from(LEASE_SECONDS)) {
-        let h = holder(&env).await;
+        let h = holder(env).await;
         if h.is_some() && h.as_deref() != Some(leader.as_str()) {
             handover = Some(killed.elapsed());
             break;
@@ -194,7 +186,7 @@ async fn handover_times() {
         "leader SIGKILLed: standby took the Lease in {} (lease duration {LEASE_SECONDS} s)",
         secs(handover)
     ));
-    let reconciled = time_to_status(&env, "after-kill", killed).await;
+    let reconciled = time_to_status(env, "after-kill", killed).await;
     report.push(format!(
         "leader SIGKILLed: standby reconciled a new Function in {}",
         secs(reconciled)
@@ -221,5 +213,11 @@ async fn handover_times() {
         standby_stop.is_some(),
         "new leader still running 10 s after SIGTERM"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handover_times() {
+    let env = Env::start(false).await;
+    handover(&env).await;
     env.shutdown().await;
 }
