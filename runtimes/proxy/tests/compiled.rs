@@ -7,7 +7,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{Lang, Opts, Runtime, client};
+use common::{Lang, Opts, Runtime, client, post_text};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -165,26 +165,10 @@ async fn go_returned_error_is_500_and_worker_lives() {
     )
     .await;
     let c = client();
-    let pid1 = c
-        .post(rt.url("/"))
-        .body("x")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let pid1 = post_text(&c, &rt.url("/"), "x").await;
     let r = c.post(rt.url("/")).body("fail").send().await.unwrap();
     assert_eq!(r.status(), 500);
-    let pid2 = c
-        .post(rt.url("/"))
-        .body("x")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let pid2 = post_text(&c, &rt.url("/"), "x").await;
     assert_eq!(pid1, pid2);
     assert!(rt.stderr().contains("failed on purpose"), "{}", rt.stderr());
 }

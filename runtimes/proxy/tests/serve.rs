@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Lang, Opts, Runtime, client, metric, otlp_receiver};
+use common::{Lang, Opts, Runtime, client, metric, otlp_receiver, post_text};
 
 async fn hello_any_method_and_path(lang: Lang) {
     let rt = Runtime::start(lang, Opts::default()).await;
@@ -148,26 +148,10 @@ async fn exception_500_and_worker_lives(lang: Lang) {
     )
     .await;
     let c = client();
-    let pid1 = c
-        .post(rt.url("/"))
-        .body("x")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let pid1 = post_text(&c, &rt.url("/"), "x").await;
     let r = c.post(rt.url("/")).body("boom").send().await.unwrap();
     assert_eq!(r.status(), 500);
-    let pid2 = c
-        .post(rt.url("/"))
-        .body("x")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let pid2 = post_text(&c, &rt.url("/"), "x").await;
     assert!(pid1.parse::<u32>().is_ok(), "{pid1}");
     assert_eq!(pid1, pid2, "the worker must survive an exception");
     assert!(

@@ -346,6 +346,19 @@ impl Drop for Runtime {
     }
 }
 
+/// POSTs `body` to `url` and returns the answer's text (the fixtures' `pid` handler answers
+/// with the worker's process id, which is how tests tell whether a worker was replaced).
+pub async fn post_text(c: &reqwest::Client, url: &str, body: &'static str) -> String {
+    c.post(url)
+        .body(body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
