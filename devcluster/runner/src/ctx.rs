@@ -1,7 +1,9 @@
 //! Shared state of the controllers: the client, the watch caches and a
 //! wake-up signal that fires on every watch event.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,6 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::RunnerConfig;
 
@@ -106,6 +109,77 @@ pub fn is_not_found(err: &kube::Error) -> bool {
 /// A 409 from the API server.
 pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
+}
+
+/// One reconcile task per object, so that a slow object (one whose pods are being deleted, one
+/// that waits for the cache to show what it just wrote) never holds up another: a pass hands
+/// each object to its own task and returns at once. An object whose task is still running is
+/// marked dirty instead, and its task runs once more when it is done, so no wake-up is lost and
+/// there is never more than one task per object.
+pub struct KeyedWorkers {
+    name: &'static str,
+    /// Key -> "dirty": run again after the current run.
+    running: Mutex<HashMap<String, bool>>,
+    cancel: CancellationToken,
+}
+
+impl KeyedWorkers {
+    /// Workers whose tasks stop when `cancel` fires.
+    pub fn new(name: &'static str, cancel: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            running: Mutex::new(HashMap::new()),
+            cancel,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        // A map of flags: a panic elsewhere cannot leave it half-written.
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `work` for `key` on its own task, or marks the running one dirty.
+    pub fn dispatch<F, Fut>(self: &Arc<Self>, key: String, work: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = crate::error::Result<()>> + Send + 'static,
+    {
+        {
+            let mut running = self.lock();
+            if let Some(dirty) = running.get_mut(&key) {
+                *dirty = true;
+                return;
+            }
+            running.insert(key.clone(), false);
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    result = work() => if let Err(err) = result {
+                        tracing::warn!(controller = this.name, %key, error = %err, "reconcile failed; retrying");
+                    },
+                    _ = this.cancel.cancelled() => {
+                        this.lock().remove(&key);
+                        return;
+                    }
+                }
+                let mut running = this.lock();
+                match running.get_mut(&key) {
+                    Some(dirty) if *dirty => *dirty = false,
+                    _ => {
+                        running.remove(&key);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// How many objects have a task right now.
+    pub fn in_flight(&self) -> usize {
+        self.lock().len()
+    }
 }
 
 /// Runs `step` on every wake-up (and at least every `tick`), until cancelled.
