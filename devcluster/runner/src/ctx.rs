@@ -208,3 +208,63 @@ pub async fn control_loop<F, Fut>(
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_slow_key_holds_up_only_itself_and_reruns_once_when_dirty() {
+        let workers = KeyedWorkers::new("test", CancellationToken::new());
+        let slow_runs = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Notify::new());
+        let slow = {
+            let (runs, release) = (Arc::clone(&slow_runs), Arc::clone(&release));
+            move || {
+                let (runs, release) = (Arc::clone(&runs), Arc::clone(&release));
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    release.notified().await;
+                    Ok(())
+                }
+            }
+        };
+        workers.dispatch("slow".into(), slow.clone());
+        // Three more passes while it runs: one rerun, not three, and no second task.
+        for _ in 0..3 {
+            workers.dispatch("slow".into(), slow.clone());
+        }
+        let fast_done = Arc::new(Notify::new());
+        let done = Arc::clone(&fast_done);
+        workers.dispatch("fast".into(), move || {
+            let done = Arc::clone(&done);
+            async move {
+                done.notify_one();
+                Ok(())
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), fast_done.notified())
+            .await
+            .expect("the fast key ran while the slow one was busy");
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 1);
+        release.notify_one();
+        for _ in 0..100 {
+            if slow_runs.load(Ordering::SeqCst) == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 2, "dirty: ran once more");
+        release.notify_one();
+        for _ in 0..100 {
+            if workers.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(workers.in_flight(), 0);
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 2);
+    }
+}
