@@ -66,6 +66,8 @@ pub struct Context {
     pub config: Arc<RwLock<Arc<ControllerConfig>>>,
     /// Child caches.
     pub stores: Stores,
+    /// True once every child cache is filled (see [`Stores::signal_filled`]).
+    pub caches_filled: tokio::sync::watch::Receiver<bool>,
     /// Event publisher.
     pub recorder: Recorder,
     /// Metrics.
@@ -86,21 +88,31 @@ impl Context {
     }
 
     async fn caches_ready(&self) {
-        let s = &self.stores;
-        let all = async {
-            let _ = s.config_maps.wait_until_ready().await;
-            let _ = s.deployments.wait_until_ready().await;
-            let _ = s.services.wait_until_ready().await;
-            let _ = s.hpas.wait_until_ready().await;
-            let _ = s.pods.wait_until_ready().await;
-        };
+        let mut ready = self.caches_filled.clone();
         // A stop must not wait for caches that may never fill (a watch the server refuses).
         tokio::select! {
-            r = tokio::time::timeout(CACHE_WAIT, all) => if r.is_err() {
+            r = tokio::time::timeout(CACHE_WAIT, ready.wait_for(|filled| *filled)) => if r.is_err() {
                 tracing::warn!("child caches not ready after {CACHE_WAIT:?}; reconciling anyway");
             },
             _ = self.stopping.cancelled() => {}
         }
+    }
+}
+
+impl Stores {
+    /// Flips `filled` to true once every child cache holds its first full list.
+    ///
+    /// One task waits here, and reconciles wait on the watch channel. `Store::wait_until_ready`
+    /// (kube-runtime 5.0) wakes only the task that polled it last: with many reconciles waiting
+    /// on it at once, all but one slept until their timeout (30 s after a restart with a
+    /// backlog of Functions).
+    pub async fn signal_filled(self, filled: tokio::sync::watch::Sender<bool>) {
+        let _ = self.config_maps.wait_until_ready().await;
+        let _ = self.deployments.wait_until_ready().await;
+        let _ = self.services.wait_until_ready().await;
+        let _ = self.hpas.wait_until_ready().await;
+        let _ = self.pods.wait_until_ready().await;
+        let _ = filled.send(true);
     }
 }
 
