@@ -510,9 +510,11 @@ fn idle_memory_of_each_service_in_its_container() {
             run(Command::new("podman").args(&args));
             let ok = wait_healthy(port);
             // The dashboard in its image serves its functions page from the cluster's API.
-            let page = (image == "dashboard")
-                .then(|| get(ui_port, "/functions").unwrap_or_default())
-                .unwrap_or_default();
+            let page = if image == "dashboard" {
+                get(ui_port, "/functions").unwrap_or_default()
+            } else {
+                String::new()
+            };
             std::thread::sleep(std::time::Duration::from_secs(3));
             let pid: Option<u32> = Command::new("podman")
                 .args(["inspect", "--format", "{{.State.Pid}}", &name])
