@@ -344,6 +344,7 @@ fn parse_serve_args(argv: &[String]) -> Result<ServeArgs> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
