@@ -28,7 +28,7 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 
 pub struct App {
     pub store: Arc<Store>,
-    pub token: String,
+    pub auth: crate::auth::Authenticator,
     pub logs_dir: PathBuf,
     pub addr: std::net::SocketAddr,
     pub proxy: hyper_util::client::legacy::Client<
@@ -66,14 +66,22 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let public = matches!(path.as_str(), "/healthz" | "/livez" | "/readyz");
     if !public {
-        let ok = req
+        let header = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .is_some_and(|t| t.trim() == app.token);
-        if !ok {
-            return error_response(&ApiError::unauthorized());
+            .and_then(|h| h.to_str().ok());
+        let user = match app.auth.authenticate(&app.store, header) {
+            Ok(u) => u,
+            Err(e) => return error_response(&e),
+        };
+        if !user.is_superuser() {
+            let q: Q = Query::<Q>::try_from_uri(req.uri())
+                .map(|q| q.0)
+                .unwrap_or_default();
+            let attrs = crate::auth::Attributes::from_request(req.method().as_str(), &path, &q);
+            if let Err(e) = crate::auth::authorize(&app.store, &user, &attrs) {
+                return error_response(&e);
+            }
         }
     }
     match route(&app, req).await {
@@ -428,6 +436,15 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         req,
                     )
                     .await
+                }
+                "token"
+                    if def.gr.resource == "serviceaccounts"
+                        && def.gr.group.is_empty()
+                        && method == Method::POST =>
+                {
+                    let body = parse_json(&read_body(req.into_body()).await?)?;
+                    let tr = app.auth.token_request(&app.store, ns, name, &body)?;
+                    Ok(json_response(201, &tr))
                 }
                 _ => Err(ApiError::path_not_found()),
             }

@@ -512,6 +512,9 @@ impl Registry {
                 resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
                 resources.push(json!({"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
             }
+            if def.gr.group.is_empty() && def.gr.resource == "serviceaccounts" {
+                resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+            }
             if def.gr.group.is_empty() && def.gr.resource == "services" {
                 resources.push(json!({"name": "services/proxy", "singularName": "", "namespaced": true, "kind": "ServiceProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
             }

@@ -316,6 +316,8 @@ impl Store {
         (st.rv, out)
     }
 
+    /// What a fresh real cluster has: the four namespaces, each with its `default`
+    /// ServiceAccount, and the `cluster-admin` ClusterRole.
     pub fn ensure_default_namespaces(&self) {
         let Some(def) = self.def(&ns_gr()) else {
             return;
@@ -329,6 +331,25 @@ impl Store {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
                 );
             }
+            // Namespaces from a data dir written before ServiceAccounts were made.
+            let mut st = self.lock();
+            self.ensure_default_service_account(&mut st, name);
+        }
+        let cr = GroupResource::new("rbac.authorization.k8s.io", "clusterroles");
+        if self.get(&cr, "", "cluster-admin").is_none()
+            && let Some(def) = self.def(&cr)
+        {
+            let _ = self.create(
+                &def,
+                "v1",
+                "",
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+                    "rules": [
+                        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                        {"nonResourceURLs": ["*"], "verbs": ["*"]}
+                    ]}),
+            );
         }
     }
 
@@ -419,6 +440,27 @@ impl Store {
             .get(gr)?
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// Every object of a resource, in one namespace or all (no selectors, no paging).
+    pub fn all(&self, gr: &GroupResource, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let st = self.lock();
+        let Some(objs) = st.objects.get(gr) else {
+            return Vec::new();
+        };
+        match ns {
+            None => objs.values().cloned().collect(),
+            Some(n) => {
+                use std::ops::Bound;
+                objs.range((
+                    Bound::Included((n.to_string(), String::new())),
+                    Bound::Unbounded,
+                ))
+                .take_while(|((ons, _), _)| ons == n)
+                .map(|(_, o)| o.clone())
+                .collect()
+            }
+        }
     }
 
     /// Lists objects (one namespace or all) matching the selectors, one page at a time.
@@ -684,6 +726,7 @@ impl Store {
         let name = meta(&obj, "name").unwrap_or_default();
         self.check_namespace(st, def, ns)?;
         if def.gr.group.is_empty() && def.gr.resource == "pods" {
+            Self::admit_service_account(st, ns, &name, &mut obj)?;
             Self::admit_pod_security(st, ns, &name, &obj)?;
         }
         let key = (
@@ -711,7 +754,62 @@ impl Store {
         }
         self.defaults_on_create(def, &mut obj)?;
         self.validate(def, version, &mut obj, None)?;
-        Ok((*self.commit(st, &def.gr, key, obj, EventType::Added)).clone())
+        let created = (*self.commit(st, &def.gr, key, obj, EventType::Added)).clone();
+        if def.gr == ns_gr() {
+            self.ensure_default_service_account(st, &name);
+        }
+        Ok(created)
+    }
+
+    /// The `default` ServiceAccount the real controller-manager creates in every namespace.
+    fn ensure_default_service_account(&self, st: &mut State, ns: &str) {
+        let gr = GroupResource::new("", "serviceaccounts");
+        let exists = st
+            .objects
+            .get(&gr)
+            .is_some_and(|m| m.contains_key(&(ns.to_string(), "default".to_string())));
+        if exists {
+            return;
+        }
+        if let Some(def) = self.def(&gr) {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": ns}});
+            if let Err(e) = self.create_locked(st, &def, "v1", ns, sa) {
+                tracing::warn!("devcluster: default ServiceAccount in {ns}: {}", e.message);
+            }
+        }
+    }
+
+    /// ServiceAccount admission: `spec.serviceAccountName` defaults to `default`, and a Pod
+    /// naming a ServiceAccount that does not exist is refused with 403, as on the real server.
+    fn admit_service_account(
+        st: &State,
+        ns: &str,
+        name: &str,
+        pod: &mut Value,
+    ) -> Result<(), ApiError> {
+        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+            return Ok(());
+        };
+        let sa = match spec.get("serviceAccountName").and_then(Value::as_str) {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => match spec.get("serviceAccount").and_then(Value::as_str) {
+                Some(s) if !s.is_empty() => s.to_string(),
+                _ => "default".to_string(),
+            },
+        };
+        spec.insert("serviceAccountName".into(), json!(sa));
+        spec.insert("serviceAccount".into(), json!(sa));
+        let exists = st
+            .objects
+            .get(&GroupResource::new("", "serviceaccounts"))
+            .is_some_and(|m| m.contains_key(&(ns.to_string(), sa.clone())));
+        if exists {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "pods {name:?} is forbidden: error looking up service account {ns}/{sa}: serviceaccount {sa:?} not found"
+        )))
     }
 
     /// PodSecurity admission in enforce mode: a Pod that breaks its namespace's enforced level

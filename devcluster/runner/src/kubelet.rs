@@ -391,7 +391,7 @@ async fn run_pod(
     let grace = Duration::from_secs(grace_secs).min(ctx.config.max_grace_period);
 
     let volumes = loop {
-        match prepare_volumes(
+        let prepared = match prepare_volumes(
             &ctx,
             &ns,
             spec.volumes.as_deref().unwrap_or(&[]),
@@ -400,6 +400,15 @@ async fn run_pod(
         )
         .await
         {
+            Ok(v) => match &ctx.config.api_access {
+                Some(access) => crate::service_account::mount(&ctx.client, access, &pod, &pod_dir)
+                    .await
+                    .map(|kubeconfig| (v, kubeconfig)),
+                None => Ok((v, None)),
+            },
+            Err(message) => Err(message),
+        };
+        match prepared {
             Ok(v) => break Some(v),
             Err(message) => {
                 rep.update_pod(|rt| {
@@ -414,7 +423,12 @@ async fn run_pod(
             }
         }
     };
-    if let Some(volumes) = volumes {
+    if let Some((volumes, kubeconfig)) = volumes {
+        if let Some(kc) = kubeconfig {
+            base_env
+                .vars
+                .insert("KUBECONFIG".into(), kc.to_string_lossy().into_owned());
+        }
         let env = Arc::new(PodEnv {
             ctx: ctx.clone(),
             facts,
