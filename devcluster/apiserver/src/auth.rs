@@ -409,24 +409,82 @@ struct RoleRules {
     rules: Option<Vec<PolicyRule>>,
 }
 
-/// Allows or refuses a request (RBAC plus the superuser group and discovery).
-pub fn authorize(store: &Store, user: &User, a: &Attributes) -> Result<(), ApiError> {
-    if user.is_superuser() {
-        return Ok(());
-    }
-    if !a.resource_request && a.verb == "get" && discovery_path(&a.path) {
-        return Ok(());
-    }
-    let mut errors = Vec::new();
-    if rbac_allows(store, user, a, &mut errors) {
-        return Ok(());
-    }
-    Err(forbidden(user, a, &errors))
+/// The rules every binding that names one user grants in one namespace ("" for cluster-scoped
+/// requests), with the errors of bindings whose role is missing.
+struct Grants {
+    rules: Vec<PolicyRule>,
+    errors: Vec<String>,
 }
 
-/// Whether any binding that names the user grants the request; `errors` collects roles that
-/// bindings refer to but that do not exist (the real server's reason text).
-fn rbac_allows(store: &Store, user: &User, a: &Attributes, errors: &mut Vec<String>) -> bool {
+/// The authorizer: RBAC plus the superuser group and discovery. It keeps the rules it worked
+/// out per user and namespace until an RBAC object changes.
+#[derive(Default)]
+pub struct Authorizer {
+    cache: Mutex<GrantCache>,
+}
+
+#[derive(Default)]
+struct GrantCache {
+    generation: u64,
+    grants: HashMap<(String, String), Arc<Grants>>,
+}
+
+/// Cached (user, namespace) pairs kept at most; the cache starts over beyond this.
+const MAX_CACHED: usize = 10_000;
+
+impl Authorizer {
+    /// Allows or refuses a request.
+    pub fn authorize(&self, store: &Store, user: &User, a: &Attributes) -> Result<(), ApiError> {
+        if user.is_superuser() {
+            return Ok(());
+        }
+        if !a.resource_request && a.verb == "get" && discovery_path(&a.path) {
+            return Ok(());
+        }
+        let ns = if a.resource_request {
+            a.namespace.as_str()
+        } else {
+            ""
+        };
+        let grants = self.grants(store, user, ns);
+        if grants.rules.iter().any(|r| rule_allows(r, a)) {
+            return Ok(());
+        }
+        Err(forbidden(user, a, &grants.errors))
+    }
+
+    fn grants(&self, store: &Store, user: &User, ns: &str) -> Arc<Grants> {
+        // Read the generation first: what is computed below is at least that new.
+        let generation = store.rbac_generation();
+        let key = (user.name.clone(), ns.to_string());
+        {
+            let cache = self
+                .cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if cache.generation == generation
+                && let Some(g) = cache.grants.get(&key)
+            {
+                return g.clone();
+            }
+        }
+        let grants = Arc::new(compute_grants(store, user, ns));
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if cache.generation != generation || cache.grants.len() >= MAX_CACHED {
+            cache.grants.clear();
+            cache.generation = generation;
+        }
+        cache.grants.insert(key, grants.clone());
+        grants
+    }
+}
+
+/// Collects the rules of every binding that names the user: ClusterRoleBindings, and the
+/// RoleBindings of `ns` when it is set.
+fn compute_grants(store: &Store, user: &User, ns: &str) -> Grants {
     let rbac = "rbac.authorization.k8s.io";
     let crb = GroupResource::new(rbac, "clusterrolebindings");
     let rb = GroupResource::new(rbac, "rolebindings");
@@ -435,15 +493,19 @@ fn rbac_allows(store: &Store, user: &User, a: &Attributes, errors: &mut Vec<Stri
         .into_iter()
         .map(|b| (String::new(), b))
         .collect();
-    if a.resource_request && !a.namespace.is_empty() {
+    if !ns.is_empty() {
         bindings.extend(
             store
-                .all(&rb, Some(&a.namespace))
+                .all(&rb, Some(ns))
                 .into_iter()
-                .map(|b| (a.namespace.clone(), b)),
+                .map(|b| (ns.to_string(), b)),
         );
     }
-    for (ns, b) in bindings {
+    let mut grants = Grants {
+        rules: Vec::new(),
+        errors: Vec::new(),
+    };
+    for (binding_ns, b) in bindings {
         let Ok(binding) = Binding::deserialize(&*b) else {
             continue;
         };
@@ -451,20 +513,16 @@ fn rbac_allows(store: &Store, user: &User, a: &Attributes, errors: &mut Vec<Stri
             .subjects
             .iter()
             .flatten()
-            .any(|s| applies_to(s, user, &ns))
+            .any(|s| applies_to(s, user, &binding_ns))
         {
             continue;
         }
-        match role_rules(store, &binding.role_ref, &ns) {
-            Ok(rules) => {
-                if rules.iter().any(|r| rule_allows(r, a)) {
-                    return true;
-                }
-            }
-            Err(e) => errors.push(e),
+        match role_rules(store, &binding.role_ref, &binding_ns) {
+            Ok(rules) => grants.rules.extend(rules),
+            Err(e) => grants.errors.push(e),
         }
     }
-    false
+    grants
 }
 
 fn applies_to(s: &Subject, user: &User, binding_ns: &str) -> bool {

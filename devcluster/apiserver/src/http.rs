@@ -29,6 +29,7 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 pub struct App {
     pub store: Arc<Store>,
     pub auth: crate::auth::Authenticator,
+    pub authorizer: crate::auth::Authorizer,
     pub logs_dir: PathBuf,
     pub addr: std::net::SocketAddr,
     pub proxy: hyper_util::client::legacy::Client<
@@ -79,7 +80,7 @@ pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
                 .map(|q| q.0)
                 .unwrap_or_default();
             let attrs = crate::auth::Attributes::from_request(req.method().as_str(), &path, &q);
-            if let Err(e) = crate::auth::authorize(&app.store, &user, &attrs) {
+            if let Err(e) = app.authorizer.authorize(&app.store, &user, &attrs) {
                 return error_response(&e);
             }
         }

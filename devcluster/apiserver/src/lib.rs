@@ -266,6 +266,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
     let app = Arc::new(http::App {
         store: store.clone(),
         auth: auth::Authenticator::new(token),
+        authorizer: auth::Authorizer::default(),
         logs_dir: config.logs_dir.clone(),
         addr,
         proxy: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),

@@ -105,6 +105,8 @@ pub struct Store {
     events: broadcast::Sender<Arc<WatchEvent>>,
     gc: Notify,
     persist: Option<Persist>,
+    /// Bumped on every change to an RBAC object, so the authorizer knows when its cache is stale.
+    rbac_generation: std::sync::atomic::AtomicU64,
 }
 
 pub fn now_rfc3339() -> String {
@@ -245,6 +247,7 @@ impl Store {
             events,
             gc: Notify::new(),
             persist,
+            rbac_generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -274,6 +277,12 @@ impl Store {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(gr)
+    }
+
+    /// Changes whenever a Role, ClusterRole or binding is created, changed or deleted.
+    pub fn rbac_generation(&self) -> u64 {
+        self.rbac_generation
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -387,6 +396,10 @@ impl Store {
     ) -> Arc<Value> {
         st.rv += 1;
         let rv = st.rv;
+        if gr.group == "rbac.authorization.k8s.io" {
+            self.rbac_generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
