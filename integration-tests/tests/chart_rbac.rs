@@ -350,34 +350,28 @@ async fn produce_kafka(brokers: &str, payload: &str) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_service_runs_under_its_charts_rbac() {
+/// devcluster with the chart installed: CRDs, the release and function namespaces (both
+/// enforcing PodSecurity `restricted`), then the rendered objects, and every service pod Ready.
+struct Installed {
+    cluster: devcluster::DevCluster,
+    client: Client,
+    discovery: Discovery,
+    deployments: Vec<String>,
+    _state: tempfile::TempDir,
+}
+
+fn assert_binaries(bins: &[&str]) {
     let debug = target_debug_dir();
-    for bin in [
-        "function-controller",
-        "http-trigger-controller",
-        "cronjob-trigger-controller",
-        "nats-trigger",
-        "kafka-trigger",
-        "kinesis-trigger",
-        "kubeless",
-        "kubeless-runtime",
-    ] {
+    for bin in bins {
         assert!(
             debug.join(bin).exists(),
             "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
             debug.join(bin).display()
         );
     }
-    let nats = nats_server();
-    let kafka = tansu();
-    let moto = moto();
-    let nats_url = format!("nats://{}", nats.addr);
-    let kafka_addr = kafka.addr.to_string();
-    let moto_url = format!("http://{}", moto.addr);
+}
 
-    let dashboard_port = free_port();
-    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port));
+async fn install(objects: &[Value]) -> Installed {
     let state = tempfile::Builder::new()
         .prefix("rbac")
         .tempdir_in("/tmp")
@@ -443,11 +437,6 @@ async fn every_service_runs_under_its_charts_rbac() {
         .filter(|o| o["kind"] == "Deployment")
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(
-        deployments.len(),
-        7,
-        "every subchart renders its Deployment: {deployments:?}"
-    );
     for kind in order {
         for o in objects.iter().filter(|o| o["kind"] == kind) {
             apply(&client, &discovery, o).await;
@@ -473,34 +462,53 @@ async fn every_service_runs_under_its_charts_rbac() {
         );
     }
 
-    // A Python function in its own restricted namespace, through the Function API.
-    let labels = json!({"app": "rbac-hello"});
+    Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state: state,
+    }
+}
+
+/// A Python function in the functions namespace, through the Function API; waits for Ready.
+async fn deploy_function(client: &Client, discovery: &Discovery, labels: &Value) {
     create(
-        &client,
-        &discovery,
+        client,
+        discovery,
         json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
                "metadata": {"name": "hello", "namespace": FUNCTIONS_NS, "labels": labels},
                "spec": {"runtime": "python3.11", "handler": "handler.handler", "timeout": "10",
                         "function": HANDLER}}),
     )
     .await;
-    let functions = Api::<DynamicObject>::namespaced_with(
-        client.clone(),
-        FUNCTIONS_NS,
-        &discovery
-            .resolve_gvk(&kube::api::GroupVersionKind::gvk(
-                "kubeless.io",
-                "v1beta1",
-                "Function",
-            ))
-            .unwrap()
-            .0,
-    );
-    eventually(&client, "Function hello Ready", 120, || {
-        let functions = functions.clone();
+    wait_ready(
+        client,
+        &gvk_api(client, discovery, "Function"),
+        "Function",
+        120,
+    )
+    .await;
+}
+
+fn gvk_api(client: &Client, discovery: &Discovery, kind: &str) -> Api<DynamicObject> {
+    let (ar, _) = discovery
+        .resolve_gvk(&kube::api::GroupVersionKind::gvk(
+            "kubeless.io",
+            "v1beta1",
+            kind,
+        ))
+        .unwrap_or_else(|| panic!("{kind} is not served"));
+    Api::<DynamicObject>::namespaced_with(client.clone(), FUNCTIONS_NS, &ar)
+}
+
+/// Waits for `hello` of this kind to have the condition Ready=True.
+async fn wait_ready(client: &Client, api: &Api<DynamicObject>, kind: &str, secs: u64) {
+    eventually(client, &format!("{kind} hello Ready"), secs, || {
+        let api = api.clone();
         async move {
-            let f = functions.get("hello").await.ok()?;
-            let conds = f.data.pointer("/status/conditions")?.as_array()?.clone();
+            let t = api.get("hello").await.ok()?;
+            let conds = t.data.pointer("/status/conditions")?.as_array()?.clone();
             conds
                 .iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -508,6 +516,90 @@ async fn every_service_runs_under_its_charts_rbac() {
         }
     })
     .await;
+}
+
+/// Waits for the function's log to hold every string of `wanted`.
+async fn wait_function_log(client: &Client, wanted: &[String], secs: u64) {
+    eventually(
+        client,
+        &format!("{wanted:?} in the function's log"),
+        secs,
+        || {
+            let client = client.clone();
+            let wanted = wanted.to_vec();
+            async move {
+                let mut log = String::new();
+                for p in pods_in(&client, FUNCTIONS_NS, "function=hello").await {
+                    log.push_str(&log_of(&client, FUNCTIONS_NS, &p.name_any()).await);
+                }
+                wanted
+                    .iter()
+                    .all(|w| log.contains(w.as_str()))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// Fails when a service log mentions "forbidden": a rule its chart lacks.
+async fn assert_nothing_forbidden(client: &Client, deployments: usize) {
+    let logs = service_logs(client).await;
+    assert_eq!(logs.len(), deployments, "{:?}", logs.keys());
+    for (pod, log) in &logs {
+        eprintln!("{pod}: {} log lines", log.lines().count());
+        if std::env::var_os("CHART_RBAC_SHOW_LOGS").is_some() {
+            eprintln!("{log}");
+        }
+        assert!(!log.is_empty(), "{pod} logged nothing");
+    }
+    let refused: Vec<String> = logs
+        .iter()
+        .filter(|(_, log)| log.to_lowercase().contains("forbidden"))
+        .map(|(pod, log)| format!("--- {pod}\n{log}"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "services were refused by RBAC:\n{}",
+        refused.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_runs_under_its_charts_rbac() {
+    assert_binaries(&[
+        "function-controller",
+        "http-trigger-controller",
+        "cronjob-trigger-controller",
+        "nats-trigger",
+        "kafka-trigger",
+        "kinesis-trigger",
+        "kubeless",
+        "kubeless-runtime",
+    ]);
+    let nats = nats_server();
+    let kafka = tansu();
+    let moto = moto();
+    let nats_url = format!("nats://{}", nats.addr);
+    let kafka_addr = kafka.addr.to_string();
+    let moto_url = format!("http://{}", moto.addr);
+
+    let dashboard_port = free_port();
+    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port));
+    let Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state,
+    } = install(&objects).await;
+    assert_eq!(
+        deployments.len(),
+        7,
+        "every subchart renders its Deployment: {deployments:?}"
+    );
+    let labels = json!({"app": "rbac-hello"});
+    deploy_function(&client, &discovery, &labels).await;
 
     // One trigger of each kind.
     let marker = format!("m{}", std::process::id());
@@ -580,26 +672,7 @@ async fn every_service_runs_under_its_charts_rbac() {
         "KafkaTrigger",
         "KinesisTrigger",
     ] {
-        let (ar, _) = discovery
-            .resolve_gvk(&kube::api::GroupVersionKind::gvk(
-                "kubeless.io",
-                "v1beta1",
-                kind,
-            ))
-            .unwrap();
-        let api = Api::<DynamicObject>::namespaced_with(client.clone(), FUNCTIONS_NS, &ar);
-        eventually(&client, &format!("{kind} hello Ready"), 60, || {
-            let api = api.clone();
-            async move {
-                let t = api.get("hello").await.ok()?;
-                let conds = t.data.pointer("/status/conditions")?.as_array()?.clone();
-                conds
-                    .iter()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                    .then_some(())
-            }
-        })
-        .await;
+        wait_ready(&client, &gvk_api(&client, &discovery, kind), kind, 60).await;
     }
 
     // Events: HTTP through the gateway pod, NATS, Kafka and Kinesis; cron fires by itself.
@@ -654,26 +727,7 @@ async fn every_service_runs_under_its_charts_rbac() {
         .iter()
         .map(|via| format!("via-{via}-{marker}"))
         .collect();
-    eventually(
-        &client,
-        "one event through every trigger in the function's log",
-        120,
-        || {
-            let client = client.clone();
-            let wanted = wanted.clone();
-            async move {
-                let mut log = String::new();
-                for p in pods_in(&client, FUNCTIONS_NS, "function=hello").await {
-                    log.push_str(&log_of(&client, FUNCTIONS_NS, &p.name_any()).await);
-                }
-                wanted
-                    .iter()
-                    .all(|w| log.contains(w.as_str()))
-                    .then_some(())
-            }
-        },
-    )
-    .await;
+    wait_function_log(&client, &wanted, 120).await;
 
     // The dashboard shows the function and its triggers with its Role's rights.
     for page in ["/functions", "/functions/hello", "/triggers"] {
@@ -720,24 +774,98 @@ async fn every_service_runs_under_its_charts_rbac() {
     );
 
     // No service was refused anything its work needed.
-    let logs = service_logs(&client).await;
-    assert_eq!(logs.len(), deployments.len(), "{:?}", logs.keys());
-    for (pod, log) in &logs {
-        eprintln!("{pod}: {} log lines", log.lines().count());
-        if std::env::var_os("CHART_RBAC_SHOW_LOGS").is_some() {
-            eprintln!("{log}");
-        }
-        assert!(!log.is_empty(), "{pod} logged nothing");
-    }
-    let refused: Vec<String> = logs
+    assert_nothing_forbidden(&client, deployments.len()).await;
+    cluster.shutdown().await;
+}
+
+/// CronJob mode: the cronjob-trigger-controller writes a CronJob whose invoker Pods run in the
+/// function's restricted namespace as their own ServiceAccount, bound (by the user, as
+/// docs/cronjob-trigger-controller.md says) to the chart's `-invoker` ClusterRole, and read the
+/// function's EndpointSlices with that token only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_invoker_pods_run_under_the_invoker_role() {
+    assert_binaries(&[
+        "function-controller",
+        "cronjob-trigger-controller",
+        "kubeless-cron-invoker",
+        "kubeless-runtime",
+    ]);
+    let pod_ip =
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
+    let off = json!({"enabled": false});
+    let objects = render(&json!({
+        "global": {"logFormat": "text", "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
+        "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
+        "cronjob-trigger-controller": {"enabled": true, "schedulerMode": false,
+            "invoker": {"resolver": "endpointslices", "serviceAccount": "cron-invoker"},
+            "extraEnv": [pod_ip, admin]},
+        "http-trigger-controller": off, "nats-trigger": off, "kafka-trigger": off,
+        "kinesis-trigger": off, "dashboard": off,
+    }));
+    let Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state,
+    } = install(&objects).await;
+    assert_eq!(deployments.len(), 2, "{deployments:?}");
+    deploy_function(&client, &discovery, &json!({"app": "rbac-hello"})).await;
+
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "cron-invoker", "namespace": FUNCTIONS_NS}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "cron-invoker", "namespace": FUNCTIONS_NS},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "kubeless-cronjob-trigger-controller-invoker"},
+               "subjects": [{"kind": "ServiceAccount", "name": "cron-invoker",
+                             "namespace": FUNCTIONS_NS}]}),
+    )
+    .await;
+    let marker = format!("via-cronjob-{}", std::process::id());
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+               "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+               "spec": {"function-name": "hello", "schedule": "* * * * *", "payload": marker}}),
+    )
+    .await;
+    wait_ready(
+        &client,
+        &gvk_api(&client, &discovery, "CronJobTrigger"),
+        "CronJobTrigger",
+        60,
+    )
+    .await;
+    // The next minute's Job: its Pod gets the invoker's token and calls the function.
+    wait_function_log(&client, std::slice::from_ref(&marker), 150).await;
+    let invoker_pods = pods_in(&client, FUNCTIONS_NS, "").await;
+    let invoker = invoker_pods
         .iter()
-        .filter(|(_, log)| log.to_lowercase().contains("forbidden"))
-        .map(|(pod, log)| format!("--- {pod}\n{log}"))
-        .collect();
-    assert!(
-        refused.is_empty(),
-        "services were refused by RBAC:\n{}",
-        refused.join("\n")
+        .find(|p| p.name_any().starts_with("trigger-hello"))
+        .expect("the invoker Job's Pod");
+    assert_eq!(
+        invoker
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref()),
+        Some("cron-invoker")
     );
+    let log = log_of(&client, FUNCTIONS_NS, &invoker.name_any()).await;
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the invoker was refused:\n{log}"
+    );
+    assert_nothing_forbidden(&client, deployments.len()).await;
     cluster.shutdown().await;
 }
