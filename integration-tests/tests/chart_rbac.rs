@@ -36,6 +36,15 @@ def handler(event, context):
     return {"got": data}
 "#;
 
+const NODE_HANDLER: &str = r#"
+module.exports = {
+  handler: (event, context) => ({
+    node: true,
+    got: Buffer.isBuffer(event.data) ? event.data.toString('utf8') : event.data,
+  }),
+};
+"#;
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -153,7 +162,7 @@ fn moto() -> Broker {
 /// Every subchart on, pointed at the test's brokers. The chart binds the admin port (and the
 /// gateway) to 0.0.0.0; devcluster pods share the machine's ports, so each service binds its
 /// pod's address instead (a POD_IP fieldRef, which is also right on a cluster).
-fn values(nats: &str, kafka: &str, dashboard_port: u16) -> Value {
+fn values(nats: &str, kafka: &str, dashboard_port: u16, namespaced: bool) -> Value {
     let pod_ip =
         json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
     let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
@@ -164,6 +173,7 @@ fn values(nats: &str, kafka: &str, dashboard_port: u16) -> Value {
     };
     json!({
         "global": {"logFormat": "text", "logLevel": "info",
+                   "functionsNamespace": if namespaced { FUNCTIONS_NS } else { "" },
                    "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
         "function-controller": {"enabled": true, "extraEnv": env(vec![])},
         "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true},
@@ -297,6 +307,29 @@ where
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+/// POSTs `body` as text to the gateway pod at `/path` until a 2xx answer comes back.
+async fn post_gateway(client: &Client, gateway_ip: &str, path: &str, body: &str) -> String {
+    let http = reqwest::Client::new();
+    let url = format!("http://{gateway_ip}:8080/{path}");
+    eventually(client, &format!("an answer from {url}"), 30, || {
+        let (http, url, body) = (http.clone(), url.clone(), body.to_string());
+        async move {
+            let r = http
+                .post(url)
+                .header("content-type", "text/plain")
+                .body(body)
+                .send()
+                .await
+                .ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.text().await.ok()
+        }
+    })
+    .await
 }
 
 fn kinesis_client(endpoint: &str) -> aws_sdk_kinesis::Client {
@@ -471,9 +504,10 @@ async fn install(objects: &[Value]) -> Installed {
     }
 }
 
-/// A Python function in the functions namespace, through the Function API; waits for Ready.
+/// The Python function `hello` in the functions namespace, through the Function API; waits
+/// for Ready.
 async fn deploy_function(client: &Client, discovery: &Discovery, labels: &Value) {
-    create(
+    deploy(
         client,
         discovery,
         json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
@@ -482,10 +516,17 @@ async fn deploy_function(client: &Client, discovery: &Discovery, labels: &Value)
                         "function": HANDLER}}),
     )
     .await;
+}
+
+/// Creates a Function and waits for it to be Ready.
+async fn deploy(client: &Client, discovery: &Discovery, function: Value) {
+    let name = function["metadata"]["name"].as_str().unwrap().to_string();
+    create(client, discovery, function).await;
     wait_ready(
         client,
         &gvk_api(client, discovery, "Function"),
         "Function",
+        &name,
         120,
     )
     .await;
@@ -502,12 +543,12 @@ fn gvk_api(client: &Client, discovery: &Discovery, kind: &str) -> Api<DynamicObj
     Api::<DynamicObject>::namespaced_with(client.clone(), FUNCTIONS_NS, &ar)
 }
 
-/// Waits for `hello` of this kind to have the condition Ready=True.
-async fn wait_ready(client: &Client, api: &Api<DynamicObject>, kind: &str, secs: u64) {
-    eventually(client, &format!("{kind} hello Ready"), secs, || {
+/// Waits for the object `name` of this kind to have the condition Ready=True.
+async fn wait_ready(client: &Client, api: &Api<DynamicObject>, kind: &str, name: &str, secs: u64) {
+    eventually(client, &format!("{kind} {name} Ready"), secs, || {
         let api = api.clone();
         async move {
-            let t = api.get("hello").await.ok()?;
+            let t = api.get(name).await.ok()?;
             let conds = t.data.pointer("/status/conditions")?.as_array()?.clone();
             conds
                 .iter()
@@ -567,6 +608,17 @@ async fn assert_nothing_forbidden(client: &Client, deployments: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_runs_under_its_charts_rbac() {
+    all_triggers(false).await;
+}
+
+/// The same with `global.functionsNamespace`: Roles in the function namespace instead of
+/// ClusterRoles, and the services watch that namespace only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_scoped_install_runs_under_its_roles() {
+    all_triggers(true).await;
+}
+
+async fn all_triggers(namespaced: bool) {
     assert_binaries(&[
         "function-controller",
         "http-trigger-controller",
@@ -585,7 +637,15 @@ async fn every_service_runs_under_its_charts_rbac() {
     let moto_url = format!("http://{}", moto.addr);
 
     let dashboard_port = free_port();
-    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port));
+    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port, namespaced));
+    if namespaced {
+        assert!(
+            objects
+                .iter()
+                .all(|o| o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding"),
+            "a namespace-scoped install has no cluster-wide RBAC"
+        );
+    }
     let Installed {
         cluster,
         client,
@@ -600,6 +660,25 @@ async fn every_service_runs_under_its_charts_rbac() {
     );
     let labels = json!({"app": "rbac-hello"});
     deploy_function(&client, &discovery, &labels).await;
+
+    // A Node.js function beside it, called through the gateway too.
+    deploy(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+               "metadata": {"name": "hello-js", "namespace": FUNCTIONS_NS},
+               "spec": {"runtime": "nodejs20", "handler": "handler.handler", "timeout": "10",
+                        "function": NODE_HANDLER}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+               "metadata": {"name": "hello-js", "namespace": FUNCTIONS_NS},
+               "spec": {"function-name": "hello-js", "path": "js"}}),
+    )
+    .await;
 
     // One trigger of each kind.
     let marker = format!("m{}", std::process::id());
@@ -672,7 +751,14 @@ async fn every_service_runs_under_its_charts_rbac() {
         "KafkaTrigger",
         "KinesisTrigger",
     ] {
-        wait_ready(&client, &gvk_api(&client, &discovery, kind), kind, 60).await;
+        wait_ready(
+            &client,
+            &gvk_api(&client, &discovery, kind),
+            kind,
+            "hello",
+            60,
+        )
+        .await;
     }
 
     // Events: HTTP through the gateway pod, NATS, Kafka and Kinesis; cron fires by itself.
@@ -686,26 +772,12 @@ async fn every_service_runs_under_its_charts_rbac() {
     .and_then(|p| p.status.as_ref()?.pod_ip.clone())
     .expect("the gateway pod has an address");
     let http = reqwest::Client::new();
-    let answer = eventually(&client, "an answer through the HTTP gateway", 30, || {
-        let http = http.clone();
-        let url = format!("http://{gateway_ip}:8080/hello");
-        let body = format!("via-http-{marker}");
-        async move {
-            let r = http
-                .post(url)
-                .header("content-type", "text/plain")
-                .body(body)
-                .send()
-                .await
-                .ok()?;
-            if !r.status().is_success() {
-                return None;
-            }
-            r.text().await.ok()
-        }
-    })
-    .await;
+    let answer = post_gateway(&client, &gateway_ip, "hello", &format!("via-http-{marker}")).await;
     assert!(answer.contains(&format!("via-http-{marker}")), "{answer}");
+    let answer = post_gateway(&client, &gateway_ip, "js", &format!("via-http-js-{marker}")).await;
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["node"], true, "{answer}");
+    assert_eq!(answer["got"], format!("via-http-js-{marker}"), "{answer}");
     let nc = async_nats::connect(&nats_url).await.unwrap();
     nc.publish(TOPIC, format!("via-nats-{marker}").into())
         .await
@@ -844,6 +916,7 @@ async fn cron_invoker_pods_run_under_the_invoker_role() {
         &client,
         &gvk_api(&client, &discovery, "CronJobTrigger"),
         "CronJobTrigger",
+        "hello",
         60,
     )
     .await;
