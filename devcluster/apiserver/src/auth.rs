@@ -30,6 +30,8 @@ pub const KUBELET_TOKEN_SECONDS: i64 = 3607;
 const EXTENDED_TOKEN_SECONDS: i64 = 365 * 24 * 3600;
 const DEFAULT_TOKEN_SECONDS: i64 = 3600;
 const MIN_TOKEN_SECONDS: i64 = 600;
+/// Issued tokens kept before a token request prunes those that can no longer authenticate.
+const PRUNE_ABOVE: usize = 4096;
 
 /// Who sent a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,23 +107,24 @@ impl Authenticator {
             .get(token)
             .cloned()
             .ok_or_else(ApiError::unauthorized)?;
-        if issued.expires < Utc::now() {
-            return Err(ApiError::unauthorized());
-        }
-        // A token outlives neither its ServiceAccount nor the Pod it is bound to.
+        // A token outlives neither its expiry, nor its ServiceAccount, nor the Pod it is bound
+        // to; one that can never work again is forgotten.
         let uid_of = |gr: &GroupResource, name: &str| {
             store
                 .get(gr, &issued.namespace, name)
                 .and_then(|o| o.pointer("/metadata/uid")?.as_str().map(str::to_string))
         };
-        if uid_of(&sa_gr(), &issued.service_account).as_deref()
-            != Some(issued.service_account_uid.as_str())
-        {
-            return Err(ApiError::unauthorized());
-        }
-        if let Some((pod, uid)) = &issued.pod
-            && uid_of(&GroupResource::new("", "pods"), pod).as_deref() != Some(uid.as_str())
-        {
+        let alive = issued.expires >= Utc::now()
+            && uid_of(&sa_gr(), &issued.service_account).as_deref()
+                == Some(issued.service_account_uid.as_str())
+            && issued.pod.as_ref().is_none_or(|(pod, uid)| {
+                uid_of(&GroupResource::new("", "pods"), pod).as_deref() == Some(uid.as_str())
+            });
+        if !alive {
+            self.issued
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(token);
             return Err(ApiError::unauthorized());
         }
         Ok(User::service_account(
@@ -225,19 +228,36 @@ impl Authenticator {
             uuid::Uuid::new_v4().simple(),
             uuid::Uuid::new_v4().simple()
         );
-        self.issued
+        let mut issued = self
+            .issued
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(
-                token.clone(),
-                IssuedToken {
-                    namespace: ns.to_string(),
-                    service_account: name.to_string(),
-                    service_account_uid: sa_uid,
-                    pod,
-                    expires,
-                },
-            );
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Tokens of pods and ServiceAccounts that are gone, never presented again, would
+        // otherwise pile up over a long session.
+        if issued.len() >= PRUNE_ABOVE {
+            issued.retain(|_, t| {
+                t.expires >= now
+                    && store
+                        .get(&sa_gr(), &t.namespace, &t.service_account)
+                        .is_some()
+                    && t.pod.as_ref().is_none_or(|(pod, _)| {
+                        store
+                            .get(&GroupResource::new("", "pods"), &t.namespace, pod)
+                            .is_some()
+                    })
+            });
+        }
+        issued.insert(
+            token.clone(),
+            IssuedToken {
+                namespace: ns.to_string(),
+                service_account: name.to_string(),
+                service_account_uid: sa_uid,
+                pod,
+                expires,
+            },
+        );
+        drop(issued);
         let mut spec = body.get("spec").cloned().unwrap_or_else(|| json!({}));
         spec["expirationSeconds"] = json!(requested);
         if spec.get("audiences").is_none_or(Value::is_null) {
