@@ -448,6 +448,10 @@ impl Registry {
                 }
             }
         }
+        // Access reviews: created and answered, never stored (src/auth.rs).
+        out.entry("authorization.k8s.io".into())
+            .or_default()
+            .push("v1".into());
         out
     }
 
@@ -517,6 +521,14 @@ impl Registry {
             }
             if def.gr.group.is_empty() && def.gr.resource == "services" {
                 resources.push(json!({"name": "services/proxy", "singularName": "", "namespaced": true, "kind": "ServiceProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
+            }
+        }
+        if group == "authorization.k8s.io" && version == "v1" {
+            for (name, kind) in [
+                ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+                ("subjectaccessreviews", "SubjectAccessReview"),
+            ] {
+                resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}));
             }
         }
         if resources.is_empty() {

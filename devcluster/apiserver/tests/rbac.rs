@@ -886,3 +886,148 @@ async fn service_account_admission() {
     );
     server.shutdown().await;
 }
+
+/// A client for the admin kubeconfig that impersonates `user` (and `groups`).
+async fn impersonating(server: &RunningServer, token: Option<&str>, user: &str) -> Client {
+    let mut config = kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default())
+        .await
+        .unwrap();
+    if let Some(t) = token {
+        config.auth_info.token = Some(t.to_string().into());
+    }
+    config.auth_info.impersonate = Some(user.to_string());
+    config.default_retry = false;
+    Client::try_from(config).unwrap()
+}
+
+#[tokio::test]
+async fn impersonation_needs_the_impersonate_verb() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let admin = admin(&server).await;
+    let _sa = sa_client(&server, &admin, "team").await;
+    role(
+        &admin,
+        "team",
+        "read-cm",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+    )
+    .await;
+    role_binding(
+        &admin,
+        "team",
+        "app-read-cm",
+        "Role",
+        "read-cm",
+        json!([sa_subject("team", "app")]),
+    )
+    .await;
+    // The admin may act as the ServiceAccount, and then has only its rights.
+    let as_app = impersonating(&server, None, "system:serviceaccount:team:app").await;
+    Api::<ConfigMap>::namespaced(as_app.clone(), "team")
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let msg = forbidden(
+        Api::<Secret>::namespaced(as_app, "team")
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        msg.contains(r#"User "system:serviceaccount:team:app" cannot list resource "secrets""#),
+        "{msg}"
+    );
+    // A ServiceAccount may not impersonate anyone without the verb.
+    service_account(&admin, "team", "other").await;
+    let other_token = token(&admin, "team", "other").await;
+    let sneaky = impersonating(
+        &server,
+        Some(&other_token),
+        "system:serviceaccount:team:app",
+    )
+    .await;
+    let msg = forbidden(
+        Api::<ConfigMap>::namespaced(sneaky, "team")
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        msg,
+        r#"serviceaccounts "app" is forbidden: User "system:serviceaccount:team:other" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "team""#
+    );
+    let sneaky = impersonating(&server, Some(&other_token), "jane").await;
+    let msg = forbidden(
+        Api::<ConfigMap>::namespaced(sneaky, "team")
+            .list(&ListParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        msg.contains(r#"cannot impersonate resource "users" in API group "" at the cluster scope"#),
+        "{msg}"
+    );
+    server.shutdown().await;
+}
+
+async fn review(client: &Client, kind: &str, spec: Value) -> bool {
+    let path = format!(
+        "/apis/authorization.k8s.io/v1/{}",
+        kind.to_lowercase() + "s"
+    );
+    let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": kind, "spec": spec});
+    let req = http::Request::post(path)
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&body).unwrap())
+        .unwrap();
+    let answer: Value = serde_json::from_str(&client.request_text(req).await.unwrap()).unwrap();
+    answer["status"]["allowed"].as_bool().unwrap()
+}
+
+#[tokio::test]
+async fn access_reviews_answer_like_the_authorizer() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let admin = admin(&server).await;
+    let sa = sa_client(&server, &admin, "team").await;
+    role(
+        &admin,
+        "team",
+        "read-cm",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+    )
+    .await;
+    role_binding(
+        &admin,
+        "team",
+        "app-read-cm",
+        "Role",
+        "read-cm",
+        json!([sa_subject("team", "app")]),
+    )
+    .await;
+    let attrs = |res: &str| json!({"resourceAttributes": {"namespace": "team", "verb": "list", "resource": res}});
+    // Any authenticated user may ask about itself.
+    assert!(review(&sa, "SelfSubjectAccessReview", attrs("configmaps")).await);
+    assert!(!review(&sa, "SelfSubjectAccessReview", attrs("secrets")).await);
+    // Asking about someone else needs RBAC; the admin may.
+    let mut spec = attrs("configmaps");
+    spec["user"] = json!("system:serviceaccount:team:app");
+    assert!(review(&admin, "SubjectAccessReview", spec.clone()).await);
+    spec["resourceAttributes"]["namespace"] = json!("default");
+    assert!(!review(&admin, "SubjectAccessReview", spec.clone()).await);
+    let req = http::Request::post("/apis/authorization.k8s.io/v1/subjectaccessreviews")
+        .header("content-type", "application/json")
+        .body(serde_json::to_vec(&json!({"spec": spec})).unwrap())
+        .unwrap();
+    forbidden(sa.request_text(req).await.unwrap_err());
+    // Discovery lists them, so kubectl finds them.
+    let d = kube::Discovery::new(admin.clone()).run().await.unwrap();
+    assert!(d.has_group("authorization.k8s.io"));
+
+    // kube-rs impersonation plus a SelfSubjectAccessReview: what `kubectl auth can-i --as`
+    // does (kubectl itself sends the review as protobuf, which devcluster does not read yet).
+    let as_app = impersonating(&server, None, "system:serviceaccount:team:app").await;
+    assert!(review(&as_app, "SelfSubjectAccessReview", attrs("configmaps")).await);
+    assert!(!review(&as_app, "SelfSubjectAccessReview", attrs("secrets")).await);
+    server.shutdown().await;
+}
