@@ -956,6 +956,35 @@ async fn impersonation_needs_the_impersonate_verb() {
         msg,
         r#"serviceaccounts "app" is forbidden: User "system:serviceaccount:team:other" cannot impersonate resource "serviceaccounts" in API group "" in the namespace "team""#
     );
+    // kubectl --as, when kubectl is installed (Debian's kubernetes-client).
+    if std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok()
+    {
+        let kubectl = |what: &'static str| {
+            tokio::process::Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(server.kubeconfig_path())
+                .args([
+                    "get",
+                    what,
+                    "-n",
+                    "team",
+                    "--as",
+                    "system:serviceaccount:team:app",
+                ])
+                .output()
+        };
+        let ok = kubectl("configmaps").await.unwrap();
+        assert!(ok.status.success(), "{ok:?}");
+        let refused = kubectl("secrets").await.unwrap();
+        let err = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            err.contains(r#"User "system:serviceaccount:team:app" cannot list resource "secrets""#),
+            "{refused:?}"
+        );
+    }
     let sneaky = impersonating(&server, Some(&other_token), "jane").await;
     let msg = forbidden(
         Api::<ConfigMap>::namespaced(sneaky, "team")
