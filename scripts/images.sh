@@ -41,6 +41,7 @@ runtime-ruby 3.1 runtimes/ruby/Dockerfile
 runtime-php 8.2 runtimes/php/Dockerfile
 runtime-go 1.19 runtimes/go/Dockerfile
 runtime-java 17 runtimes/java/Dockerfile
+dashboard $VERSION cli/Dockerfile
 EOF
 }
 
@@ -90,6 +91,8 @@ prepare_context() {
   if [ "${KUBELESS_IMAGE_SKIP_CARGO:-0}" != 1 ]; then
     local start
     start="$(now)"
+    # --no-default-features drops the CLI's broker clients (the dashboard image needs none);
+    # no other crate built here has default features.
     cargo build --locked --profile image \
       -p function-controller --bin function-controller \
       -p http-trigger-controller --bin http-trigger-controller \
@@ -97,13 +100,14 @@ prepare_context() {
       -p nats-trigger --bin nats-trigger \
       -p kafka-trigger --bin kafka-trigger \
       -p kinesis-trigger --bin kinesis-trigger \
-      -p kubeless-runtime --bin kubeless-runtime >&2
+      -p kubeless-runtime --bin kubeless-runtime \
+      -p kubeless-cli --bin kubeless --no-default-features >&2
     echo "CARGO --profile image $(since "$start")s" >&2
   fi
   mkdir -p "$ctx/bin" "$ctx/images" "$ctx/runtimes"
   local b
   for b in function-controller http-trigger-controller cronjob-trigger-controller \
-    kubeless-cron-invoker nats-trigger kafka-trigger kinesis-trigger kubeless-runtime; do
+    kubeless-cron-invoker nats-trigger kafka-trigger kinesis-trigger kubeless-runtime kubeless; do
     [ -x "$target/$b" ] || { echo "missing $target/$b: cargo build --profile image" >&2; exit 1; }
     # cp only on change, so the build context (and every layer after it) stays cached.
     cmp -s "$target/$b" "$ctx/bin/$b" || cp "$target/$b" "$ctx/bin/$b"

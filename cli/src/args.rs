@@ -155,6 +155,45 @@ pub enum FunctionCmd {
   kubeless function top -f hello --watch"
     )]
     Top(TopArgs),
+    /// Serve a function from local files over HTTP, without any cluster.
+    #[command(after_help = "Examples:
+  kubeless function run hello.py                       handler hello.handler, runtime python3.12
+  kubeless function run --handler hello.foo -e GREETING=hi
+  kubeless function run hello.js --port 9000 &
+  curl -d '{\"name\": \"Ada\"}' -H 'Content-Type: application/json' localhost:9000
+
+The function runs with the interpreters on this machine (python3, node, ruby, php) and the
+packages they have; dependency files are not installed. Go and Java need the cluster's
+compile step: deploy them.")]
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The function's file (default: <module>.* from --handler, else the only function file
+    /// in the current folder).
+    pub file: Option<PathBuf>,
+    /// Function entry point as <file>.<function> [default: <file name>.handler].
+    #[arg(long)]
+    pub handler: Option<String>,
+    /// Runtime, e.g. python3.12 [default: from the file's suffix].
+    #[arg(short = 'r', long)]
+    pub runtime: Option<String>,
+    /// Port to listen on (0: any free port).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub address: std::net::IpAddr,
+    /// Environment variables of the function, k=v or k:v (repeat or separate with commas).
+    #[arg(short = 'e', long = "env", value_delimiter = ',')]
+    pub env: Vec<String>,
+    /// Maximum duration of one call, in seconds.
+    #[arg(long, default_value = "180")]
+    pub timeout: String,
+    /// A fixed number of worker processes (default: one, growing with concurrent calls).
+    #[arg(long)]
+    pub workers: Option<usize>,
 }
 
 #[derive(Debug, Args)]
@@ -170,6 +209,7 @@ pub struct InitArgs {
 
 #[derive(Debug, Args)]
 pub struct NameArg {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
 }
 
@@ -263,6 +303,7 @@ pub struct DeployArgs {
 
 #[derive(Debug, Args)]
 pub struct UpdateArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     #[command(flatten)]
     pub flags: FunctionFlags,
@@ -276,6 +317,7 @@ pub struct UpdateArgs {
   echo hi | kubeless function call hello --data -
   kubeless function call hello --method PUT --data 'x=1'")]
 pub struct CallArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Data sent to the function: text, @FILE for a file's content, or - for stdin (as curl).
     #[arg(short = 'd', long)]
@@ -297,6 +339,7 @@ pub struct CallArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// Only these functions.
+    #[arg(add = crate::complete::object_names())]
     pub names: Vec<String>,
     /// Output format: json or yaml (default: a table).
     #[arg(short = 'o', long = "out", value_enum)]
@@ -305,6 +348,7 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct DescribeArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Output format: json or yaml (default: text).
     #[arg(short = 'o', long = "out", value_enum)]
@@ -313,6 +357,7 @@ pub struct DescribeArgs {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Follow the log.
     #[arg(short = 'f', long)]
@@ -328,7 +373,7 @@ pub struct LogsArgs {
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// Only this function.
-    #[arg(short = 'f', long = "function")]
+    #[arg(short = 'f', long = "function", add = crate::complete::function_names())]
     pub function: Option<String>,
     /// Output format: json or yaml (default: a table).
     #[arg(short = 'o', long = "out", value_enum)]
@@ -351,6 +396,7 @@ pub struct OutArgs {
 
 #[derive(Debug, Args)]
 pub struct TriggerDescribeArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Output format: json or yaml (default: text).
     #[arg(short = 'o', long = "out", value_enum)]
@@ -397,9 +443,9 @@ pub enum HttpCmd {
     Update(HttpUpdateArgs),
     /// Delete an HTTP trigger.
     Delete(NameArg),
-    /// List HTTP triggers.
-    /// Show a HTTP trigger: its spec, its conditions with their reasons, and its URL.
+    /// Show an HTTP trigger: its spec, its conditions with their reasons, and its URL.
     Describe(TriggerDescribeArgs),
+    /// List HTTP triggers.
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -408,7 +454,7 @@ pub enum HttpCmd {
 pub struct HttpCreateArgs {
     pub name: String,
     /// Name of the function to expose.
-    #[arg(long = "function-name", required = true)]
+    #[arg(long = "function-name", required = true, add = crate::complete::function_names())]
     pub function_name: String,
     /// URL path of the route.
     #[arg(long)]
@@ -437,9 +483,10 @@ pub struct HttpCreateArgs {
 
 #[derive(Debug, Args)]
 pub struct HttpUpdateArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Name of the function to expose.
-    #[arg(long = "function-name")]
+    #[arg(long = "function-name", add = crate::complete::function_names())]
     pub function_name: Option<String>,
     /// URL path of the route.
     #[arg(long)]
@@ -471,21 +518,22 @@ pub enum CronjobCmd {
     Update(CronjobArgs),
     /// Delete a cronjob trigger.
     Delete(NameArg),
-    /// List cronjob triggers.
     /// Show a cronjob trigger: its spec, its conditions with their reasons.
     Describe(TriggerDescribeArgs),
+    /// List cronjob triggers.
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CronjobArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Schedule in cron syntax, e.g. "*/5 * * * *".
     #[arg(long)]
     pub schedule: Option<String>,
     /// Name of the function to call.
-    #[arg(long)]
+    #[arg(long, add = crate::complete::function_names())]
     pub function: Option<String>,
     /// Payload sent with each call, as a JSON string.
     #[arg(short = 'p', long, conflicts_with = "payload_from_file")]
@@ -505,9 +553,9 @@ pub enum KafkaCmd {
     Update(SelectorTriggerArgs),
     /// Delete a Kafka trigger.
     Delete(NameArg),
-    /// List Kafka triggers.
     /// Show a Kafka trigger: its spec, its conditions with their reasons.
     Describe(TriggerDescribeArgs),
+    /// List Kafka triggers.
     #[command(visible_alias = "ls")]
     List(OutArgs),
 }
@@ -520,9 +568,9 @@ pub enum NatsCmd {
     Update(SelectorTriggerArgs),
     /// Delete a NATS trigger.
     Delete(NameArg),
-    /// List NATS triggers.
     /// Show a NATS trigger: its spec, its conditions with their reasons.
     Describe(TriggerDescribeArgs),
+    /// List NATS triggers.
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Publish a message to a NATS subject.
@@ -532,6 +580,7 @@ pub enum NatsCmd {
 /// Kafka and NATS triggers: a topic and a function label selector.
 #[derive(Debug, Args)]
 pub struct SelectorTriggerArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Topic (Kafka) or subject (NATS) to consume.
     #[arg(long = "trigger-topic")]
@@ -568,9 +617,9 @@ pub enum KinesisCmd {
     Update(KinesisTriggerArgs),
     /// Delete a Kinesis trigger.
     Delete(NameArg),
-    /// List Kinesis triggers.
     /// Show a Kinesis trigger: its spec, its conditions with their reasons.
     Describe(TriggerDescribeArgs),
+    /// List Kinesis triggers.
     #[command(visible_alias = "ls")]
     List(OutArgs),
     /// Put records into a Kinesis stream.
@@ -581,6 +630,7 @@ pub enum KinesisCmd {
 
 #[derive(Debug, Args)]
 pub struct KinesisTriggerArgs {
+    #[arg(add = crate::complete::object_names())]
     pub name: String,
     /// Stream to read.
     #[arg(long)]
@@ -592,7 +642,7 @@ pub struct KinesisTriggerArgs {
     #[arg(long = "shard-id")]
     pub shard_id: Option<String>,
     /// Name of the function to call.
-    #[arg(long = "function-name")]
+    #[arg(long = "function-name", add = crate::complete::function_names())]
     pub function_name: Option<String>,
     /// Secret with aws_access_key_id and aws_secret_access_key.
     #[arg(long)]
@@ -670,6 +720,7 @@ pub enum Metric {
 #[derive(Debug, Args)]
 pub struct AutoscaleCreateArgs {
     /// The function.
+    #[arg(add = crate::complete::function_names())]
     pub name: String,
     /// Minimum number of replicas.
     #[arg(long, default_value_t = 1)]

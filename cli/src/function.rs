@@ -38,6 +38,7 @@ pub async fn run(ctx: &Ctx, cmd: FunctionCmd) -> Result<()> {
         FunctionCmd::Logs(a) => logs(ctx, a).await,
         FunctionCmd::Top(a) => top(ctx, a).await,
         FunctionCmd::Init(a) => crate::manifest::init(&a.runtime, &a.name, &a.dir),
+        FunctionCmd::Run(a) => crate::local::run(&a).await,
     }
 }
 

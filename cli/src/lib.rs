@@ -7,10 +7,12 @@
 pub mod args;
 pub mod autoscale;
 pub mod brokers;
+pub mod complete;
 pub mod config;
 pub mod ctx;
 pub mod error;
 pub mod function;
+pub mod local;
 pub mod manifest;
 pub mod metrics;
 pub mod output;
@@ -21,10 +23,8 @@ pub mod trigger;
 pub mod ui;
 pub mod wait;
 
-use clap::CommandFactory;
-
 use crate::{
-    args::{Cli, Command, Shell},
+    args::{Cli, Command},
     ctx::Ctx,
     error::Result,
 };
@@ -56,41 +56,17 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Version => version(&kube).await,
         Command::Apply(a) => manifest::apply(&Ctx::connect(&kube).await?, &a.filename).await,
         Command::Completion { shell } => {
-            let mut cmd = Cli::command();
-            let mut buf = Vec::new();
-            match shell {
-                Shell::Bash => clap_complete::generate(
-                    clap_complete::Shell::Bash,
-                    &mut cmd,
-                    "kubeless",
-                    &mut buf,
-                ),
-                Shell::Zsh => clap_complete::generate(
-                    clap_complete::Shell::Zsh,
-                    &mut cmd,
-                    "kubeless",
-                    &mut buf,
-                ),
-                Shell::Fish => clap_complete::generate(
-                    clap_complete::Shell::Fish,
-                    &mut cmd,
-                    "kubeless",
-                    &mut buf,
-                ),
-                Shell::Powershell => clap_complete::generate(
-                    clap_complete::Shell::PowerShell,
-                    &mut cmd,
-                    "kubeless",
-                    &mut buf,
-                ),
-            }
-            output::print(&String::from_utf8_lossy(&buf))
+            let argv0 = std::env::args().next().unwrap_or_else(|| "kubeless".into());
+            let script = complete::registration(shell, &argv0).map_err(Error::Stdout)?;
+            output::print(&script)
         }
         Command::Topic(cmd) => brokers::topic(cmd).await,
         // `function init` writes files only: no cluster needed.
         Command::Function(args::FunctionCmd::Init(a)) => {
             manifest::init(&a.runtime, &a.name, &a.dir)
         }
+        // `function run` serves local files: no cluster needed either.
+        Command::Function(args::FunctionCmd::Run(a)) => local::run(&a).await,
         Command::Function(cmd) => function::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::Trigger(cmd) => trigger::run(&Ctx::connect(&kube).await?, cmd).await,
         Command::Autoscale(cmd) => autoscale::run(&Ctx::connect(&kube).await?, cmd).await,
@@ -140,6 +116,8 @@ async fn version(kube: &args::KubeArgs) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
     #[test]

@@ -115,5 +115,15 @@ async fn call_logs_and_top() {
     .await;
     assert_eq!(found.ok(), Some(true), "logs -f did not show the new call");
     follow.kill().await.unwrap();
+
+    // logs --since: only the lines written in the last 2 seconds (the pod log API's
+    // sinceSeconds, which devcluster answers from the times the lines were written).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    c.ok(&["function", "call", "echo", "-d", "recent"]).await;
+    let recent = c.ok(&["function", "logs", "echo", "--since", "2s"]).await;
+    assert_eq!(recent.matches("POST / 200").count(), 1, "{recent}");
+    assert!(!recent.contains("fake function listening"), "{recent}");
+    let all = c.ok(&["function", "logs", "echo", "--since", "1h"]).await;
+    assert_eq!(all.matches("POST / 200").count(), 5, "{all}");
     c.shutdown().await;
 }

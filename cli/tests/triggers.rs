@@ -430,17 +430,116 @@ async fn autoscale_version_completion() {
         env!("CARGO_PKG_VERSION")
     )));
     for (shell, marker) in [
-        ("bash", "complete -F"),
+        ("bash", "complete -o nospace"),
         ("zsh", "#compdef kubeless"),
-        ("fish", "complete -c kubeless"),
+        ("fish", "complete --keep-order"),
         ("powershell", "Register-ArgumentCompleter"),
     ] {
         let script = c.ok(&["completion", shell]).await;
-        assert!(script.contains(marker), "{shell}: {script:.200}");
-        assert!(
-            script.contains("create-stream"),
-            "{shell} lacks subcommands"
-        );
+        assert!(script.contains(marker), "{shell}: {script:.300}");
+        assert!(script.contains("COMPLETE"), "{shell}: {script:.300}");
     }
+
+    // The bash script, loaded in a real bash, completes names read from the cluster.
+    c.ok(&[
+        "trigger",
+        "http",
+        "create",
+        "web",
+        "--function-name",
+        "alpha",
+    ])
+    .await;
+    let script = c.dir.path().join("kubeless.bash");
+    std::fs::write(&script, c.ok(&["completion", "bash"]).await).unwrap();
+    let kubeconfig = c.kubeconfig.to_string_lossy().into_owned();
+    let complete = |words: Vec<&str>| {
+        let cword = words.len() - 1;
+        let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+        let program = format!(
+            "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={cword}\nCOMP_TYPE=9\n\
+             _clap_complete_kubeless kubeless '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+            script.display(),
+            quoted.join(" "),
+            words[cword],
+            words[cword.saturating_sub(1)],
+        );
+        async move {
+            let out = tokio::process::Command::new("bash")
+                .arg("-c")
+                .arg(program)
+                .output()
+                .await
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut names: Vec<String> = text
+                .lines()
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty() && !l.starts_with('-'))
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let k = kubeconfig.as_str();
+    assert_eq!(
+        complete(vec![
+            "kubeless",
+            "--kubeconfig",
+            k,
+            "function",
+            "delete",
+            ""
+        ])
+        .await,
+        ["alpha", "beta", "gamma"]
+    );
+    assert_eq!(
+        complete(vec!["kubeless", "--kubeconfig", k, "function", "logs", "g"]).await,
+        ["gamma"]
+    );
+    assert_eq!(
+        complete(vec![
+            "kubeless",
+            "--kubeconfig",
+            k,
+            "trigger",
+            "http",
+            "describe",
+            ""
+        ])
+        .await,
+        ["web"]
+    );
+    assert_eq!(
+        complete(vec![
+            "kubeless",
+            "--kubeconfig",
+            k,
+            "trigger",
+            "http",
+            "create",
+            "x",
+            "--function-name",
+            "b"
+        ])
+        .await,
+        ["beta"]
+    );
+    // Another namespace has none of them.
+    assert!(
+        complete(vec![
+            "kubeless",
+            "--kubeconfig",
+            k,
+            "-n",
+            "other",
+            "function",
+            "delete",
+            ""
+        ])
+        .await
+        .is_empty()
+    );
     c.shutdown().await;
 }

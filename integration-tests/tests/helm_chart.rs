@@ -752,3 +752,60 @@ fn values_schema_and_reference_are_current() {
         undocumented.join("\n")
     );
 }
+
+/// Tools built for Kubeless read `runtime-images` of the `kubeless-config` ConfigMap: the chart
+/// fills it with the built-in catalogue (the generated files/runtime-images.json), in Kubeless's
+/// JSON shape, with the images behind global.imageRegistry when one is set; a value given in
+/// config.data wins.
+#[test]
+fn kubeless_config_describes_the_builtin_runtimes() {
+    let images_of = |case_name: &str| -> (Vec<String>, Vec<String>) {
+        let cm = of_kind(case(case_name), "ConfigMap")
+            .find(|d| d["metadata"]["name"] == "kubeless-config")
+            .unwrap_or_else(|| panic!("case {case_name}: no kubeless-config ConfigMap"));
+        let text = cm["data"]["runtime-images"].as_str().unwrap();
+        let catalogue: Value = serde_json::from_str(text)
+            .unwrap_or_else(|e| panic!("case {case_name}: runtime-images is not JSON: {e}"));
+        let ids: Vec<String> = catalogue
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["ID"].as_str().unwrap().to_string())
+            .collect();
+        let images: Vec<String> = catalogue
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["versions"].as_array().unwrap().iter())
+            .flat_map(|v| v["images"].as_array().unwrap().iter())
+            .map(|i| i["image"].as_str().unwrap().to_string())
+            .collect();
+        (ids, images)
+    };
+    let (ids, images) = images_of("all-on");
+    for id in ["python", "nodejs", "ruby", "php", "go", "java"] {
+        assert!(ids.iter().any(|i| i == id), "{id} missing from {ids:?}");
+    }
+    assert!(
+        images.iter().all(|i| i.starts_with("kubeless-rs/runtime-")),
+        "{images:?}"
+    );
+    let (_, images) = images_of("options");
+    assert!(
+        images
+            .iter()
+            .all(|i| i.starts_with("127.0.0.1:5000/kubeless-rs/runtime-")),
+        "{images:?}"
+    );
+    let generated = fs::read_to_string(
+        repo_root()
+            .join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json"),
+    )
+    .unwrap();
+    let kubeless_config =
+        fs::read_to_string(repo_root().join("deploy/kubeless-config.yaml")).unwrap();
+    assert!(
+        kubeless_config.contains(&generated.trim().replace('\n', "\n    ")),
+        "the chart's catalogue and deploy/kubeless-config.yaml differ: run `cargo run -p function-controller --bin kubeless-config`"
+    );
+}

@@ -420,16 +420,23 @@ fn idle_memory_of_each_service_in_its_container() {
         std::fs::copy(&kubeconfig, &shared).unwrap();
         run(Command::new("chmod").arg("0644").arg(&shared));
 
-        let services = [
-            ("function-controller", "function-controller"),
-            ("http-trigger-controller", "http-trigger-controller"),
-            ("cronjob-trigger-controller", "cronjob-trigger-controller"),
-            ("nats-trigger", "nats-trigger"),
-            ("kafka-trigger", "kafka-trigger"),
-            ("kinesis-trigger", "kinesis-trigger"),
+        // (image, binary, the binary's arguments as a plain process: the image's CMD).
+        let services: [(&str, &str, &[&str]); 7] = [
+            ("function-controller", "function-controller", &[]),
+            ("http-trigger-controller", "http-trigger-controller", &[]),
+            (
+                "cronjob-trigger-controller",
+                "cronjob-trigger-controller",
+                &[],
+            ),
+            ("nats-trigger", "nats-trigger", &[]),
+            ("kafka-trigger", "kafka-trigger", &[]),
+            ("kinesis-trigger", "kinesis-trigger", &[]),
+            ("dashboard", "kubeless", &["ui"]),
         ];
         let mut report = Vec::new();
-        for (image, binary) in services {
+        for (image, binary, plain_args) in services {
+            let ui_port = free_port();
             let tag = names()
                 .into_iter()
                 .find(|(n, _)| n == image)
@@ -452,12 +459,15 @@ fn idle_memory_of_each_service_in_its_container() {
                         "KAFKA_BROKERS".to_string(),
                         format!("127.0.0.1:{}", free_port()),
                     ),
+                    // The dashboard's page (`kubeless ui`); the services ignore it.
+                    ("KUBELESS_UI_PORT".to_string(), ui_port.to_string()),
                 ]
             };
 
             // Baseline: the same binary as a plain process.
             let port = free_port();
             let mut plain = Command::new(bins.join(binary))
+                .args(plain_args)
                 .env("KUBECONFIG", &shared)
                 .envs(env(port))
                 .stdout(std::process::Stdio::null())
@@ -499,6 +509,10 @@ fn idle_memory_of_each_service_in_its_container() {
             args.push(reference.clone());
             run(Command::new("podman").args(&args));
             let ok = wait_healthy(port);
+            // The dashboard in its image serves its functions page from the cluster's API.
+            let page = (image == "dashboard")
+                .then(|| get(ui_port, "/functions").unwrap_or_default())
+                .unwrap_or_default();
             std::thread::sleep(std::time::Duration::from_secs(3));
             let pid: Option<u32> = Command::new("podman")
                 .args(["inspect", "--format", "{{.State.Pid}}", &name])
@@ -536,6 +550,12 @@ fn idle_memory_of_each_service_in_its_container() {
                 "{image} in its container never answered /healthz:\n{logs}"
             );
             assert!(rss.is_some(), "{image}: no resident memory read");
+            if image == "dashboard" {
+                assert!(
+                    page.starts_with("HTTP/1.1 200") && page.contains("Functions"),
+                    "the dashboard image did not serve its page: {page:.400}\n{logs}"
+                );
+            }
         }
         println!("{}", report.join("\n"));
     });
@@ -545,6 +565,21 @@ fn idle_memory_of_each_service_in_its_container() {
     if let Err(e) = result {
         std::panic::resume_unwind(e);
     }
+}
+
+/// GET `path` on 127.0.0.1:`port`; the whole response, or None if the connection failed.
+fn get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    Some(buf)
 }
 
 /// POST `body` to / on 127.0.0.1:`port`; the whole response, or None if the connection failed.

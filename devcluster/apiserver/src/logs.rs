@@ -31,16 +31,100 @@ fn names(pod: &Value, field: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Prefixes each complete line with a timestamp (the time the server read it).
-fn stamp(data: &[u8]) -> Vec<u8> {
+/// When the bytes of a log were written: `(offset, millis since the epoch)` pairs in offset
+/// order, read from the `{log}.times` index the runner writes beside each log (one
+/// `OFFSET MILLIS` line whenever the millisecond of writing changes; see devcluster-runner's
+/// `LogSink`). Empty when the index is missing: every line then counts as written now.
+#[derive(Debug, Default, Clone)]
+pub struct WriteTimes(Vec<(u64, i64)>);
+
+impl WriteTimes {
+    pub fn parse(text: &str) -> Self {
+        Self(
+            text.lines()
+                .filter_map(|l| {
+                    let (o, t) = l.split_once(' ')?;
+                    Some((o.trim().parse().ok()?, t.trim().parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    async fn read(log: &std::path::Path) -> Self {
+        let mut name = log.as_os_str().to_owned();
+        name.push(".times");
+        match tokio::fs::read_to_string(std::path::PathBuf::from(name)).await {
+            Ok(text) => Self::parse(&text),
+            Err(_) => Self::default(),
+        }
+    }
+
+    /// When the line starting at `offset` was written.
+    pub fn at(&self, offset: u64) -> Option<i64> {
+        let i = self.0.partition_point(|(o, _)| *o <= offset);
+        i.checked_sub(1).map(|i| self.0[i].1)
+    }
+
+    /// The offset of the first line written at or after `since_ms`; `None` when every line
+    /// is older.
+    pub fn first_since(&self, since_ms: i64) -> Option<u64> {
+        self.0.iter().find(|(_, t)| *t >= since_ms).map(|(o, _)| *o)
+    }
+}
+
+fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_else(Utc::now)
+        .to_rfc3339_opts(SecondsFormat::Nanos, true)
+}
+
+/// Prefixes each line of `data`, which starts at byte `start` of the log, with the time it was
+/// written (from `times`; now when unknown), as the kubelet does for `timestamps=true`.
+fn stamp_written(data: &[u8], start: u64, times: &WriteTimes) -> Vec<u8> {
     let now = Utc::now().to_rfc3339_opts(SecondsFormat::Nanos, true);
     let mut out = Vec::with_capacity(data.len() + 40);
+    let mut offset = start;
     for line in data.split_inclusive(|b| *b == b'\n') {
-        out.extend_from_slice(now.as_bytes());
+        match times.at(offset) {
+            Some(ms) => out.extend_from_slice(rfc3339_ms(ms).as_bytes()),
+            None => out.extend_from_slice(now.as_bytes()),
+        }
         out.push(b' ');
         out.extend_from_slice(line);
+        offset += line.len() as u64;
     }
     out
+}
+
+/// `sinceSeconds` / `sinceTime` as the earliest write time kept (millis since the epoch),
+/// validated as the real server validates PodLogOptions.
+fn since_ms(q: &Q, pod: &str) -> Result<Option<i64>, ApiError> {
+    let seconds = q.get("sinceSeconds").filter(|v| !v.is_empty());
+    let time = q.get("sinceTime").filter(|v| !v.is_empty());
+    let invalid = |cause: String| ApiError::invalid("PodLogOptions", "", pod, &[cause]);
+    match (seconds, time) {
+        (Some(_), Some(_)) => Err(invalid(
+            "sinceSeconds: Forbidden: at most one of `sinceTime` or `sinceSeconds` may be specified"
+                .into(),
+        )),
+        (Some(s), None) => {
+            let secs: i64 = s
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid sinceSeconds {s:?}")))?;
+            if secs < 1 {
+                return Err(invalid(format!(
+                    "sinceSeconds: Invalid value: {secs}: must be greater than 0"
+                )));
+            }
+            Ok(Some(
+                Utc::now().timestamp_millis() - secs.saturating_mul(1000),
+            ))
+        }
+        (None, Some(t)) => chrono::DateTime::parse_from_rfc3339(t)
+            .map(|t| Some(t.timestamp_millis()))
+            .map_err(|_| ApiError::bad_request(format!("invalid sinceTime {t:?}: not RFC 3339"))),
+        (None, None) => Ok(None),
+    }
 }
 
 pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, ApiError> {
@@ -92,6 +176,20 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
         }
     };
     let offset = data.len() as u64;
+    let times = WriteTimes::read(&file).await;
+    // Where `data` starts in the file, for the write times of its lines.
+    let mut start = 0u64;
+    if let Some(since) = since_ms(q, name)? {
+        let cut = if times.0.is_empty() {
+            // No index (a log from before it existed): nothing is known to be older.
+            0
+        } else {
+            times.first_since(since).unwrap_or(offset)
+        };
+        let cut = usize::try_from(cut).unwrap_or(data.len()).min(data.len());
+        data = data[cut..].to_vec();
+        start = cut as u64;
+    }
     if let Some(n) = q.get("tailLines").and_then(|t| t.parse::<usize>().ok()) {
         let body = data.strip_suffix(b"\n").unwrap_or(&data);
         let starts: Vec<usize> = body
@@ -107,6 +205,7 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
         } else {
             0
         };
+        start += cut as u64;
         data = data[cut..].to_vec();
     }
     if let Some(limit) = q.get("limitBytes").and_then(|t| t.parse::<usize>().ok()) {
@@ -114,7 +213,7 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
     }
     let timestamps = q.get("timestamps").is_some_and(|v| v == "true");
     if timestamps {
-        data = stamp(&data);
+        data = stamp_written(&data, start, &times);
     }
     let follow = q.get("follow").is_some_and(|v| v == "true") && !previous;
     let mut resp = if !follow {
@@ -151,7 +250,12 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
                         && f.read_to_end(&mut buf).await.is_ok()
                     {
                         pos += buf.len() as u64;
-                        let chunk = if timestamps { stamp(&buf) } else { buf };
+                        let chunk = if timestamps {
+                            let times = WriteTimes::read(&file).await;
+                            stamp_written(&buf, pos - buf.len() as u64, &times)
+                        } else {
+                            buf
+                        };
                         if tx.send(Bytes::from(chunk)).await.is_err() {
                             return;
                         }
@@ -170,4 +274,31 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
     Ok(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_times_answer_per_line_and_per_cut() {
+        let t = WriteTimes::parse("0 1000\n6 2000\n18 3000\nbad line\n");
+        assert_eq!(t.at(0), Some(1000));
+        assert_eq!(t.at(5), Some(1000));
+        assert_eq!(t.at(6), Some(2000));
+        assert_eq!(t.at(30), Some(3000));
+        assert_eq!(t.first_since(1500), Some(6));
+        assert_eq!(t.first_since(3000), Some(18));
+        assert_eq!(t.first_since(3001), None);
+        let stamped = stamp_written(b"second line\nthird\n", 6, &t);
+        let text = String::from_utf8_lossy(&stamped);
+        assert!(
+            text.starts_with("1970-01-01T00:00:02.000000000Z second line\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("1970-01-01T00:00:03.000000000Z third\n"),
+            "{text}"
+        );
+    }
 }

@@ -37,9 +37,49 @@ pub struct Running {
     cleaned: bool,
 }
 
-/// Where a container's log lines go.
+/// Where a container's log lines go: the log file, and beside it `{log}.times`, an index of
+/// when the lines were written (one `OFFSET MILLIS` line, both decimal, each time the
+/// millisecond of writing changes: the line starting at byte OFFSET and those after it were
+/// written at MILLIS since the Unix epoch). The API server reads it for `sinceSeconds`,
+/// `sinceTime` and `timestamps` (devcluster-apiserver's logs module).
 pub struct LogSink {
-    file: Arc<Mutex<tokio::fs::File>>,
+    file: Arc<Mutex<LogFiles>>,
+}
+
+struct LogFiles {
+    log: tokio::fs::File,
+    times: Option<tokio::fs::File>,
+    /// Bytes in the log so far (the offset of the next line).
+    len: u64,
+    last_ms: i64,
+}
+
+impl LogFiles {
+    async fn append(&mut self, line: &[u8]) -> std::io::Result<()> {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        if now_ms != self.last_ms {
+            if let Some(times) = &mut self.times {
+                // The index only refines timestamps: a failed write costs no log line.
+                let _ = times
+                    .write_all(format!("{} {now_ms}\n", self.len).as_bytes())
+                    .await;
+            }
+            self.last_ms = now_ms;
+        }
+        self.log.write_all(line).await?;
+        self.len += line.len() as u64;
+        self.log.flush().await
+    }
+}
+
+/// The time index of the log at `log_path`.
+pub fn times_path(log_path: &Path) -> PathBuf {
+    let mut name = log_path.as_os_str().to_owned();
+    name.push(".times");
+    PathBuf::from(name)
 }
 
 impl LogSink {
@@ -52,30 +92,40 @@ impl LogSink {
         if let Some(parent) = path.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(io)?;
         }
-        let file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .await
-            .map_err(io)?;
+        let append = |p: PathBuf| async move {
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .await
+        };
+        let log = append(path.to_path_buf()).await.map_err(io)?;
+        let len = log.metadata().await.map(|m| m.len()).unwrap_or(0);
+        let times = append(times_path(path)).await.ok();
         Ok(Self {
-            file: Arc::new(Mutex::new(file)),
+            file: Arc::new(Mutex::new(LogFiles {
+                log,
+                times,
+                len,
+                last_ms: i64::MIN,
+            })),
         })
     }
 
     /// Appends one line written by the runner itself (e.g. a start error).
     pub async fn note(&self, line: &str) {
         let mut f = self.file.lock().await;
-        let _ = f.write_all(format!("{line}\n").as_bytes()).await;
-        let _ = f.flush().await;
+        let _ = f.append(format!("{line}\n").as_bytes()).await;
     }
 }
 
-/// Moves `{name}.log` to `{name}.previous.log` before a restart.
+/// Moves `{name}.log` to `{name}.previous.log` (and its time index) before a restart.
 pub async fn rotate_log(log_path: &Path) {
     let previous = previous_log_path(log_path);
     if tokio::fs::metadata(log_path).await.is_ok() {
         let _ = tokio::fs::rename(log_path, &previous).await;
+        let _ = tokio::fs::remove_file(times_path(&previous)).await;
+        let _ = tokio::fs::rename(times_path(log_path), times_path(&previous)).await;
     }
 }
 
@@ -89,7 +139,7 @@ pub fn previous_log_path(log_path: &Path) -> PathBuf {
 
 fn copy_lines<R: AsyncRead + Unpin + Send + 'static>(
     reader: R,
-    sink: Arc<Mutex<tokio::fs::File>>,
+    sink: Arc<Mutex<LogFiles>>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut reader = BufReader::new(reader);
@@ -101,10 +151,9 @@ fn copy_lines<R: AsyncRead + Unpin + Send + 'static>(
                 Ok(_) => {
                     // Whole lines only, so stdout and stderr do not interleave mid-line.
                     let mut f = sink.lock().await;
-                    if f.write_all(&line).await.is_err() {
+                    if f.append(&line).await.is_err() {
                         break;
                     }
-                    let _ = f.flush().await;
                 }
             }
         }
@@ -286,7 +335,37 @@ mod tests {
         assert!(text.contains("out\n") && text.contains("err\n"), "{text}");
         rotate_log(&log_path).await;
         assert!(dir.path().join("ns/pod/c.previous.log").exists());
+        assert!(dir.path().join("ns/pod/c.previous.log.times").exists());
         assert!(!log_path.exists());
+    }
+
+    #[tokio::test]
+    async fn the_time_index_points_at_line_starts_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let log_path = dir.path().join("c.log");
+        let log = LogSink::open(&log_path).await.unwrap();
+        log.note("first").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        log.note("second line").await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        log.note("third").await;
+        let index = std::fs::read_to_string(times_path(&log_path)).unwrap();
+        let entries: Vec<(u64, i64)> = index
+            .lines()
+            .map(|l| {
+                let (o, t) = l.split_once(' ').unwrap();
+                (o.parse().unwrap(), t.parse().unwrap())
+            })
+            .collect();
+        let offsets: Vec<u64> = entries.iter().map(|e| e.0).collect();
+        assert_eq!(offsets, vec![0, 6, 18], "{index}");
+        assert!(entries.windows(2).all(|w| w[0].1 < w[1].1), "{index}");
+        // A reopened sink goes on from the file's end.
+        drop(log);
+        let log = LogSink::open(&log_path).await.unwrap();
+        log.note("fourth").await;
+        let index = std::fs::read_to_string(times_path(&log_path)).unwrap();
+        assert!(index.lines().last().unwrap().starts_with("24 "), "{index}");
     }
 
     #[tokio::test]

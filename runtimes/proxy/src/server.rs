@@ -187,7 +187,7 @@ impl Server {
                 (t.path().to_path_buf(), Some(t))
             }
         };
-        let env: Vec<(OsString, OsString)> = vec![
+        let mut env: Vec<(OsString, OsString)> = vec![
             ("FUNC_HANDLER".into(), handler.into()),
             ("MOD_NAME".into(), module.into()),
             ("FUNC_TIMEOUT".into(), args.timeout.clone().into()),
@@ -203,6 +203,11 @@ impl Server {
             ),
             ("PYTHONUNBUFFERED".into(), "1".into()),
         ];
+        env.extend(
+            args.worker_env
+                .iter()
+                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+        );
         let cpu_limit = crate::sizing::cgroup_cpu_limit(&args.cgroup_root);
         let size = crate::sizing::pool_size(crate::sizing::SizingInput {
             workers: args.workers,

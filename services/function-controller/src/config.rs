@@ -95,6 +95,17 @@ pub const CONFIG_NAMESPACE: &str = "kubeless";
 /// Name of the ConfigMap.
 pub const CONFIG_NAME: &str = "kubeless-config";
 
+/// Where the chart keeps the built-in catalogue (relative to this crate): the function-controller
+/// subchart's `kubeless-config` ConfigMap uses it when `config.data.runtime-images` is empty.
+pub const CHART_RUNTIME_IMAGES: &str =
+    "../../deploy/helm/kubeless/charts/function-controller/files/runtime-images.json";
+
+/// The built-in runtimes in Kubeless's `runtime-images` JSON shape, ending with a newline.
+pub fn builtin_runtime_images_json() -> Result<String, String> {
+    let json = Catalogue::builtin().to_json().map_err(|e| e.to_string())?;
+    Ok(format!("{json}\n"))
+}
+
 /// The `kubeless-config` ConfigMap describing the built-in runtimes in Kubeless's JSON shape, as
 /// YAML (what `deploy/kubeless-config.yaml` holds).
 pub fn builtin_config_map_yaml() -> Result<String, String> {
@@ -132,6 +143,13 @@ mod tests {
             builtin_config_map_yaml().unwrap(),
             "{} is stale: run `cargo run -p function-controller --bin kubeless-config`",
             path.display()
+        );
+        let chart = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CHART_RUNTIME_IMAGES);
+        assert_eq!(
+            std::fs::read_to_string(&chart).unwrap_or_default(),
+            builtin_runtime_images_json().unwrap(),
+            "{} is stale: run `cargo run -p function-controller --bin kubeless-config`",
+            chart.display()
         );
         // The controller reads it back as the same catalogue.
         let (_, cm) = committed.split_once("\n---\n").unwrap();

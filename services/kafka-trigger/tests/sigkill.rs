@@ -1,5 +1,6 @@
-//! The real binary, killed with SIGKILL in the middle of a stream and started again, loses
-//! nothing: every record reaches the function at least once.
+//! Faults in the middle of a stream lose nothing: the real binary killed with SIGKILL and started
+//! again, and the broker frozen (SIGSTOP) for longer than the consumer's session timeout and then
+//! resumed; every record reaches the function at least once, and the redeliveries are counted.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -40,26 +41,26 @@ fn distinct_ids(server: &FnServer) -> BTreeSet<usize> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_mid_stream_and_restart_loses_nothing() {
+/// A broker with RECORDS records waiting in 4 partitions of `topic`, and a recording function
+/// selected by a KafkaTrigger on it; no trigger service runs yet.
+async fn records_waiting(topic: &str) -> (Broker, Cluster, FnServer) {
     let broker = Broker::start();
-    broker.create_topic("events", 4).await;
+    broker.create_topic(topic, 4).await;
     let c = cluster(None).await;
-    // A little work per call so the stream is still running when the kill comes.
+    // A little work per call so the stream is still running when the fault comes.
     let sink = FnServer::start(Duration::from_millis(2)).await;
-    register_function(&c.client, "sink", &[("app", "events")], sink.addr).await;
+    register_function(&c.client, "sink", &[("app", topic)], sink.addr).await;
     create_trigger(
         &c.client,
         "kt",
-        json!({"topic": "events", "functionSelector": {"matchLabels": {"app": "events"}}}),
+        json!({"topic": topic, "functionSelector": {"matchLabels": {"app": topic}}}),
     )
     .await;
-
     let producer = broker.producer();
     for i in 0..RECORDS {
         produce(
             &producer,
-            "events",
+            topic,
             (i % 4) as i32,
             &format!("k{i}"),
             &format!("{{\"id\":{i}}}"),
@@ -67,14 +68,23 @@ async fn sigkill_mid_stream_and_restart_loses_nothing() {
         )
         .await;
     }
+    (broker, c, sink)
+}
 
-    let mut first = spawn_trigger(&c, &broker, "first.log");
+async fn a_fifth_delivered(sink: &FnServer) {
     eventually(
         "some records delivered",
         Duration::from_secs(90),
-        || async { (distinct_ids(&sink).len() >= RECORDS / 5).then_some(()) },
+        || async { (distinct_ids(sink).len() >= RECORDS / 5).then_some(()) },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_mid_stream_and_restart_loses_nothing() {
+    let (broker, c, sink) = records_waiting("events").await;
+    let mut first = spawn_trigger(&c, &broker, "first.log");
+    a_fifth_delivered(&sink).await;
     first.kill().unwrap(); // SIGKILL: no drain, no commit, no leave-group
     first.wait().unwrap();
     let at_kill = distinct_ids(&sink).len();
@@ -105,6 +115,44 @@ async fn sigkill_mid_stream_and_restart_loses_nothing() {
     eprintln!(
         "all {RECORDS} delivered; {} redelivered after the kill (at-least-once)",
         total - RECORDS
+    );
+    sink.stop();
+    c.cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_frozen_mid_stream_loses_nothing() {
+    let (broker, c, sink) = records_waiting("frozen").await;
+    let mut trigger = spawn_trigger(&c, &broker, "trigger.log");
+    a_fifth_delivered(&sink).await;
+    // Frozen past the 6 s session timeout: the group coordinator and the fetches both stall.
+    signal(broker.pid(), "-STOP");
+    let at_freeze = distinct_ids(&sink).len();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    signal(broker.pid(), "-CONT");
+    eprintln!("broker frozen for 10 s after {at_freeze} distinct records");
+    assert!(at_freeze < RECORDS, "the freeze must come mid-stream");
+
+    let result = tokio::time::timeout(Duration::from_secs(120), async {
+        while distinct_ids(&sink).len() < RECORDS {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let still_running = trigger.try_wait().unwrap().is_none();
+    let _ = trigger.kill();
+    let _ = trigger.wait();
+    let ids = distinct_ids(&sink);
+    assert!(
+        result.is_ok(),
+        "records lost after the broker froze: {} missing; logs in {}",
+        RECORDS - ids.len(),
+        c.dir.path().display()
+    );
+    assert!(still_running, "kafka-trigger exited during the freeze");
+    eprintln!(
+        "all {RECORDS} delivered after a 10 s broker freeze; {} redelivered",
+        sink.received().len() - RECORDS
     );
     sink.stop();
     c.cluster.shutdown().await;

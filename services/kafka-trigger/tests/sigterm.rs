@@ -32,15 +32,6 @@ fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> Child {
         .unwrap()
 }
 
-fn signal(pid: u32, sig: &str) {
-    let ok = Command::new("kill")
-        .args([sig, &pid.to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill {sig} {pid} failed");
-}
-
 fn sigterm_and_time_exit(child: &mut Child) -> Option<Duration> {
     signal(child.id(), "-TERM");
     let start = Instant::now();

@@ -31,12 +31,7 @@ fn spawn_trigger(kubeconfig: &std::path::Path, nats_url: &str, log: &std::path::
 }
 
 fn sigterm_and_time_exit(child: &mut Child) -> Option<Duration> {
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -TERM failed");
+    signal(child.id(), "-TERM");
     let start = Instant::now();
     while start.elapsed() < LIMIT {
         if child.try_wait().unwrap().is_some() {

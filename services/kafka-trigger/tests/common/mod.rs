@@ -357,6 +357,16 @@ pub async fn create_trigger(client: &Client, name: &str, spec: serde_json::Value
     api.create(&PostParams::default(), &t).await.unwrap();
 }
 
+/// Sends `sig` (e.g. "-STOP", "-CONT", "-TERM") to process `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
+}
+
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where
     F: FnMut() -> Fut,

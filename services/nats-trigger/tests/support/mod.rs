@@ -91,6 +91,11 @@ impl NatsServer {
         panic!("nats-server did not start");
     }
 
+    /// The server's process id (to freeze it with SIGSTOP in tests).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub async fn client(&self) -> async_nats::Client {
         async_nats::connect(&self.url).await.unwrap()
     }
@@ -102,6 +107,16 @@ impl Drop for NatsServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends `sig` (e.g. "-STOP", "-CONT", "-TERM") to process `pid` with kill(1).
+pub fn signal(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid} failed");
 }
 
 /// One request a fake function received.
