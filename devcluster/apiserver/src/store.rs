@@ -1203,6 +1203,19 @@ impl Store {
 
     /// Deleting a CRD deletes every object it served.
     fn after_removal(&self, st: &mut State, def: &ResourceDef, removed: &Value) {
+        // The real ServiceAccount controller puts a deleted `default` back, unless its
+        // namespace is going away.
+        if def.gr == GroupResource::new("", "serviceaccounts")
+            && meta(removed, "name").as_deref() == Some("default")
+            && let Some(ns) = meta(removed, "namespace")
+            && st
+                .objects
+                .get(&ns_gr())
+                .and_then(|m| m.get(&(String::new(), ns.clone())))
+                .is_some_and(|n| !is_deleting(n))
+        {
+            self.ensure_default_service_account(st, &ns);
+        }
         if def.gr == crd_gr()
             && let Ok(crd_def) = Registry::def_from_crd(removed)
         {

@@ -861,6 +861,13 @@ async fn service_account_admission() {
         .get("default")
         .await
         .unwrap();
+    // Deleted, it comes back (the real ServiceAccount controller does this), with a new uid.
+    let before = sas.get("default").await.unwrap().metadata.uid;
+    sas.delete("default", &DeleteParams::default())
+        .await
+        .unwrap();
+    let after = sas.get("default").await.unwrap().metadata.uid;
+    assert_ne!(before, after);
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "team");
     let p: Pod = create(
         &admin,
