@@ -59,6 +59,17 @@ impl User {
         }
     }
 
+    fn anonymous() -> Self {
+        Self {
+            name: "system:anonymous".into(),
+            groups: vec!["system:unauthenticated".into()],
+        }
+    }
+
+    fn is_authenticated(&self) -> bool {
+        self.groups.iter().any(|g| g == "system:authenticated")
+    }
+
     pub fn is_superuser(&self) -> bool {
         self.groups.iter().any(|g| g == MASTERS_GROUP)
     }
@@ -92,11 +103,17 @@ impl Authenticator {
 
     /// The user behind an `Authorization` header value, or 401.
     pub fn authenticate(&self, store: &Store, header: Option<&str>) -> Result<User, ApiError> {
-        let token = header
+        // No bearer token: the anonymous user, as with the real server's default
+        // --anonymous-auth (RBAC then decides; a wrong token is 401, not anonymous).
+        let Some(token) = header
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(ApiError::unauthorized)?;
+        else {
+            return Ok(User::anonymous());
+        };
+        if token.is_empty() {
+            return Err(ApiError::unauthorized());
+        }
         if token == self.admin_token {
             return Ok(User::admin());
         }
@@ -396,13 +413,20 @@ fn exact_name_selector(s: &str) -> Option<String> {
         .then(|| v.trim().to_string())
 }
 
-/// The paths every authenticated user may GET (the real `system:discovery` and
-/// `system:public-info-viewer` ClusterRoles).
+/// The paths every authenticated user may GET (the real `system:discovery` ClusterRole).
+/// What `system:public-info-viewer` lets everyone GET, anonymous users included.
+fn public_info_path(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz" | "/livez" | "/readyz" | "/version" | "/version/"
+    )
+}
+
 fn discovery_path(path: &str) -> bool {
     let p = path.trim_end_matches('/');
     matches!(
         p,
-        "" | "/api" | "/apis" | "/version" | "/openapi" | "/healthz" | "/livez" | "/readyz"
+        "/api" | "/apis" | "/version" | "/openapi" | "/healthz" | "/livez" | "/readyz"
     ) || [
         "/api/",
         "/apis/",
@@ -458,11 +482,15 @@ impl Authorizer {
         if user.is_superuser() {
             return Ok(());
         }
-        if !a.resource_request && a.verb == "get" && discovery_path(&a.path) {
+        if !a.resource_request
+            && a.verb == "get"
+            && (public_info_path(&a.path) || (user.is_authenticated() && discovery_path(&a.path)))
+        {
             return Ok(());
         }
         // What `system:basic-user` grants every authenticated user: asking about itself.
-        if a.resource_request
+        if user.is_authenticated()
+            && a.resource_request
             && a.verb == "create"
             && a.group == "authorization.k8s.io"
             && matches!(

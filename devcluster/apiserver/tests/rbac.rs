@@ -1067,3 +1067,43 @@ async fn access_reviews_answer_like_the_authorizer() {
     assert!(!review(&as_app, "SelfSubjectAccessReview", attrs("secrets")).await);
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn requests_without_a_token_are_anonymous() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let admin = admin(&server).await;
+    let mut config = kube::Config::from_custom_kubeconfig(server.kubeconfig(), &Default::default())
+        .await
+        .unwrap();
+    config.auth_info = Default::default();
+    config.default_retry = false;
+    let anon = Client::try_from(config).unwrap();
+    // system:public-info-viewer: /version and the health checks.
+    let req = http::Request::get("/version").body(Vec::new()).unwrap();
+    anon.request_text(req).await.unwrap();
+    // Discovery is for authenticated users only.
+    let req = http::Request::get("/api").body(Vec::new()).unwrap();
+    let msg = forbidden(anon.request_text(req).await.unwrap_err());
+    assert_eq!(
+        msg,
+        r#"forbidden: User "system:anonymous" cannot get path "/api""#
+    );
+    let cms: Api<ConfigMap> = Api::namespaced(anon.clone(), "default");
+    let msg = forbidden(cms.list(&ListParams::default()).await.unwrap_err());
+    assert!(
+        msg.contains(r#"User "system:anonymous" cannot list resource "configmaps""#),
+        "{msg}"
+    );
+    // RBAC can grant to system:unauthenticated, as on a real server.
+    role(
+        &admin,
+        "default",
+        "anon-cm",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]),
+    )
+    .await;
+    role_binding(&admin, "default", "anon-cm", "Role", "anon-cm",
+        json!([{"kind": "Group", "name": "system:unauthenticated", "apiGroup": "rbac.authorization.k8s.io"}])).await;
+    cms.list(&ListParams::default()).await.unwrap();
+    server.shutdown().await;
+}
