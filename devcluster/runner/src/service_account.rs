@@ -19,6 +19,10 @@ pub struct ApiAccess {
     pub ca_pem: String,
 }
 
+/// Where the kubelet mounts a pod's ServiceAccount files; `command`, `args`, env values and
+/// `workingDir` naming it are rewritten to `{pod_dir}/serviceaccount`, as for volume mounts.
+pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
 /// What the kubelet asks for; the API server extends such pod-bound tokens to a year.
 const TOKEN_SECONDS: i64 = 3607;
 

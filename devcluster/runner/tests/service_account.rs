@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! ServiceAccount credentials in pods: the token, ca.crt, namespace and kubeconfig the runner
-//! writes reach the API server with exactly the RBAC of the pod's ServiceAccount, and
-//! `automountServiceAccountToken: false` leaves a pod without any.
+//! writes reach the API server with exactly the RBAC of the pod's ServiceAccount, commands find
+//! them at the kubelet's mount path, and `automountServiceAccountToken: false` leaves a pod
+//! without any.
 
 mod common;
 
@@ -134,6 +135,23 @@ async fn pod_token_kubeconfig_works_and_is_limited() {
         .await
         .unwrap();
     }
+
+    // The kubelet's mount path works in commands, as for volume mounts.
+    let sh = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "by-path"},
+        "spec": {"serviceAccountName": "reader", "restartPolicy": "Never",
+            "containers": [{"name": "sh", "image": "busybox:1.36", "command": ["sh", "-c",
+                "cat /var/run/secrets/kubernetes.io/serviceaccount/namespace; echo; \
+                 test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo has-token; \
+                 test -s /var/run/secrets/kubernetes.io/serviceaccount/ca.crt && echo has-ca"]}]}});
+    pods.create(&PostParams::default(), &serde_json::from_value(sh).unwrap())
+        .await
+        .unwrap();
+    let log = finished_log(c, "by-path").await;
+    assert_eq!(
+        log.split_whitespace().collect::<Vec<_>>(),
+        ["default", "has-token", "has-ca"],
+        "{log}"
+    );
 
     let log = finished_log(c, "as-reader").await;
     assert!(log.contains("namespace default"), "{log}");
