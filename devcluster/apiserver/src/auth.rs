@@ -734,7 +734,18 @@ fn forbidden(user: &User, a: &Attributes, errors: &[String]) -> ApiError {
         format!("{} {:?} is forbidden: {msg}", gr.qualified(), a.name)
     };
     let mut e = ApiError::forbidden(message);
-    e.details = Some(json!({"name": a.name, "group": a.group, "kind": a.resource}));
+    // metav1.StatusDetails leaves out empty fields.
+    let mut details = serde_json::Map::new();
+    for (k, v) in [
+        ("name", &a.name),
+        ("group", &a.group),
+        ("kind", &a.resource),
+    ] {
+        if !v.is_empty() {
+            details.insert(k.into(), json!(v));
+        }
+    }
+    e.details = Some(Value::Object(details));
     e
 }
 
