@@ -448,7 +448,7 @@ impl Registry {
                 }
             }
         }
-        // Access reviews: created and answered, never stored (src/auth.rs).
+        // Access reviews: created and answered, never stored (src/auth/review.rs).
         out.entry("authorization.k8s.io".into())
             .or_default()
             .push("v1".into());
