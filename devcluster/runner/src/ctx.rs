@@ -1,7 +1,9 @@
 //! Shared state of the controllers: the client, the watch caches and a
 //! wake-up signal that fires on every watch event.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,6 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 use crate::RunnerConfig;
 
@@ -108,6 +111,77 @@ pub fn is_conflict(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(s) if s.code == 409)
 }
 
+/// One reconcile task per object, so that a slow object (one whose pods are being deleted, one
+/// that waits for the cache to show what it just wrote) never holds up another: a pass hands
+/// each object to its own task and returns at once. An object whose task is still running is
+/// marked dirty instead, and its task runs once more when it is done, so no wake-up is lost and
+/// there is never more than one task per object.
+pub struct KeyedWorkers {
+    name: &'static str,
+    /// Key -> "dirty": run again after the current run.
+    running: Mutex<HashMap<String, bool>>,
+    cancel: CancellationToken,
+}
+
+impl KeyedWorkers {
+    /// Workers whose tasks stop when `cancel` fires.
+    pub fn new(name: &'static str, cancel: CancellationToken) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            running: Mutex::new(HashMap::new()),
+            cancel,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, bool>> {
+        // A map of flags: a panic elsewhere cannot leave it half-written.
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `work` for `key` on its own task, or marks the running one dirty.
+    pub fn dispatch<F, Fut>(self: &Arc<Self>, key: String, work: F)
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = crate::error::Result<()>> + Send + 'static,
+    {
+        {
+            let mut running = self.lock();
+            if let Some(dirty) = running.get_mut(&key) {
+                *dirty = true;
+                return;
+            }
+            running.insert(key.clone(), false);
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    result = work() => if let Err(err) = result {
+                        tracing::warn!(controller = this.name, %key, error = %err, "reconcile failed; retrying");
+                    },
+                    _ = this.cancel.cancelled() => {
+                        this.lock().remove(&key);
+                        return;
+                    }
+                }
+                let mut running = this.lock();
+                match running.get_mut(&key) {
+                    Some(dirty) if *dirty => *dirty = false,
+                    _ => {
+                        running.remove(&key);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// How many objects have a task right now.
+    pub fn in_flight(&self) -> usize {
+        self.lock().len()
+    }
+}
+
 /// Runs `step` on every wake-up (and at least every `tick`), until cancelled.
 pub async fn control_loop<F, Fut>(
     ctx: Arc<Ctx>,
@@ -132,5 +206,65 @@ pub async fn control_loop<F, Fut>(
             }
             _ = tokio::time::sleep(tick) => {}
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_slow_key_holds_up_only_itself_and_reruns_once_when_dirty() {
+        let workers = KeyedWorkers::new("test", CancellationToken::new());
+        let slow_runs = Arc::new(AtomicUsize::new(0));
+        let release = Arc::new(Notify::new());
+        let slow = {
+            let (runs, release) = (Arc::clone(&slow_runs), Arc::clone(&release));
+            move || {
+                let (runs, release) = (Arc::clone(&runs), Arc::clone(&release));
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    release.notified().await;
+                    Ok(())
+                }
+            }
+        };
+        workers.dispatch("slow".into(), slow.clone());
+        // Three more passes while it runs: one rerun, not three, and no second task.
+        for _ in 0..3 {
+            workers.dispatch("slow".into(), slow.clone());
+        }
+        let fast_done = Arc::new(Notify::new());
+        let done = Arc::clone(&fast_done);
+        workers.dispatch("fast".into(), move || {
+            let done = Arc::clone(&done);
+            async move {
+                done.notify_one();
+                Ok(())
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(5), fast_done.notified())
+            .await
+            .expect("the fast key ran while the slow one was busy");
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 1);
+        release.notify_one();
+        for _ in 0..100 {
+            if slow_runs.load(Ordering::SeqCst) == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 2, "dirty: ran once more");
+        release.notify_one();
+        for _ in 0..100 {
+            if workers.in_flight() == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(workers.in_flight(), 0);
+        assert_eq!(slow_runs.load(Ordering::SeqCst), 2);
     }
 }

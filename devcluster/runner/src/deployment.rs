@@ -10,9 +10,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use crate::ctx::{Ctx, is_not_found, ns_name};
+use crate::ctx::{Ctx, KeyedWorkers, is_not_found, ns_name};
 use crate::error::Result;
 use crate::util::{
     POD_TEMPLATE_HASH, controller_ref, controller_uid, generate_name, pod_phase, pod_ready,
@@ -304,18 +305,44 @@ pub fn build_pod(dep: &Deployment, hash: &str) -> Pod {
     }
 }
 
-/// One pass over every Deployment.
-pub async fn reconcile_all(ctx: Arc<Ctx>) -> Result<()> {
+/// One pass: hands every Deployment to its own task and returns. A Deployment whose pods are
+/// being deleted, or one that waits for the cache to show a pod it created, holds up only
+/// itself: a new Deployment's pod is created at once whatever the others are doing.
+pub async fn reconcile_all(ctx: Arc<Ctx>, workers: Arc<KeyedWorkers>) -> Result<()> {
     for dep in ctx.stores.deployments.state() {
         if dep.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        if let Err(err) = reconcile(&ctx, &dep).await {
-            let (ns, name) = ns_name(dep.as_ref());
-            tracing::warn!(%ns, %name, error = %err, "deployment reconcile failed");
-        }
+        let Some(uid) = dep.metadata.uid.clone() else {
+            continue;
+        };
+        let (ns, name) = ns_name(dep.as_ref());
+        let ctx = Arc::clone(&ctx);
+        let key = uid.clone();
+        workers.dispatch(key, move || {
+            let ctx = Arc::clone(&ctx);
+            let (ns, name, uid) = (ns.clone(), name.clone(), uid.clone());
+            async move {
+                // The latest state from the cache, not the pass's snapshot.
+                match live(&ctx, &ns, &name, &uid) {
+                    Some(dep) => reconcile(&ctx, &dep).await,
+                    None => Ok(()),
+                }
+            }
+        });
     }
     Ok(())
+}
+
+/// The Deployment `ns/name` with this uid as the cache has it now, unless it is gone or being
+/// deleted (then its pods are garbage: creating one would only start a process to kill).
+fn live(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> Option<Arc<Deployment>> {
+    ctx.stores
+        .deployments
+        .get(&ObjectRef::new(name).within(ns))
+        .filter(|d| {
+            d.metadata.uid.as_deref() == Some(uid) && d.metadata.deletion_timestamp.is_none()
+        })
 }
 
 async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
@@ -357,6 +384,10 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
         ctx.wait_pod_cache(&ns, victim, false).await;
     }
     for _ in 0..step.create {
+        if live(ctx, &ns, &name, &uid).is_none() {
+            // Deleted meanwhile (each create below waits for the cache).
+            return Ok(());
+        }
         let pod = build_pod(dep, &hash);
         let created = pods.create(&PostParams::default(), &pod).await?;
         let pod_name = created.name_any();

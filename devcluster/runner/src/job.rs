@@ -8,9 +8,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use crate::ctx::{Ctx, is_not_found, ns_name};
+use crate::ctx::{Ctx, KeyedWorkers, is_not_found, ns_name};
 use crate::error::Result;
 use crate::util::{controller_ref, controller_uid, generate_name, pod_phase, pod_ready};
 
@@ -237,18 +238,42 @@ pub fn build_job_pod(job: &Job) -> Pod {
 }
 
 /// One pass over every Job, plus removal of pods whose Job or Deployment is gone.
-pub async fn reconcile_all(ctx: Arc<Ctx>) -> Result<()> {
+///
+/// Each Job runs on its own task (see [`KeyedWorkers`]), so one Job waiting for the cache
+/// never holds up another's pods.
+pub async fn reconcile_all(ctx: Arc<Ctx>, workers: Arc<KeyedWorkers>) -> Result<()> {
     for job in ctx.stores.jobs.state() {
         if job.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        if let Err(err) = reconcile(&ctx, &job).await {
-            let (ns, name) = ns_name(job.as_ref());
-            tracing::warn!(%ns, %name, error = %err, "job reconcile failed");
-        }
+        let Some(uid) = job.metadata.uid.clone() else {
+            continue;
+        };
+        let (ns, name) = ns_name(job.as_ref());
+        let ctx = Arc::clone(&ctx);
+        workers.dispatch(uid.clone(), move || {
+            let ctx = Arc::clone(&ctx);
+            let (ns, name, uid) = (ns.clone(), name.clone(), uid.clone());
+            async move {
+                match live(&ctx, &ns, &name, &uid) {
+                    Some(job) => reconcile(&ctx, &job).await,
+                    None => Ok(()),
+                }
+            }
+        });
     }
     collect_orphans(&ctx).await;
     Ok(())
+}
+
+/// The Job `ns/name` with this uid as the cache has it now, unless it is gone or being deleted.
+fn live(ctx: &Ctx, ns: &str, name: &str, uid: &str) -> Option<Arc<Job>> {
+    ctx.stores
+        .jobs
+        .get(&ObjectRef::new(name).within(ns))
+        .filter(|j| {
+            j.metadata.uid.as_deref() == Some(uid) && j.metadata.deletion_timestamp.is_none()
+        })
 }
 
 async fn reconcile(ctx: &Ctx, job: &Job) -> Result<()> {
@@ -278,6 +303,9 @@ async fn reconcile(ctx: &Ctx, job: &Job) -> Result<()> {
         }
     }
     for _ in 0..step.create {
+        if live(ctx, &ns, &name, &uid).is_none() {
+            return Ok(());
+        }
         let created = pods
             .create(&PostParams::default(), &build_job_pod(job))
             .await?;

@@ -171,19 +171,22 @@ impl Runner {
         // Every watch event wakes every controller (see reflect).
         let controllers = CancellationToken::new();
         let tick = Duration::from_secs(1);
+        // Deployments and Jobs: one task per object, so none waits behind another.
+        let deployments = ctx::KeyedWorkers::new("deployment", controllers.clone());
         tasks.spawn(ctx::control_loop(
             ctx.clone(),
             tick,
             controllers.clone(),
             "deployment",
-            deployment::reconcile_all,
+            move |ctx| deployment::reconcile_all(ctx, Arc::clone(&deployments)),
         ));
+        let jobs = ctx::KeyedWorkers::new("job", controllers.clone());
         tasks.spawn(ctx::control_loop(
             ctx.clone(),
             tick,
             controllers.clone(),
             "job",
-            job::reconcile_all,
+            move |ctx| job::reconcile_all(ctx, Arc::clone(&jobs)),
         ));
         tasks.spawn(ctx::control_loop(
             ctx.clone(),

@@ -5,8 +5,10 @@
 
 use std::time::Duration;
 
-use kubeless_api::DeliveryPolicy;
+use kubeless_api::conditions::reasons;
+use kubeless_api::{DeliveryPolicy, KafkaTrigger};
 use kubeless_invoke::{InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy};
+use kubeless_service::ThrottledEvents;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
@@ -66,6 +68,24 @@ pub struct Deliverer {
     pub producer: Option<FutureProducer>,
     /// Ceiling of the wait between dead-letter produce attempts and "function unavailable" rounds.
     pub max_wait: Duration,
+    /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None` in tests without
+    /// an API server.
+    pub events: Option<ThrottledEvents>,
+}
+
+/// `topic/partition@offset`, how Events and logs name a record.
+fn coordinates(record: &Record) -> String {
+    format!("{}/{}@{}", record.topic, record.partition, record.offset)
+}
+
+/// What the last attempt got: its HTTP status when there was one, and the error.
+fn last_answer(outcome: &Outcome, error: &str) -> String {
+    match (outcome.status, error.is_empty()) {
+        (Some(s), true) => format!("status {}", s.as_u16()),
+        (Some(s), false) => format!("status {}, {error}", s.as_u16()),
+        (None, false) => error.to_string(),
+        (None, true) => "no answer".to_string(),
+    }
 }
 
 impl Deliverer {
@@ -114,6 +134,22 @@ impl Deliverer {
             .as_ref()
             .map(|e| format!("{}: {e}", e.metric_label()))
             .unwrap_or_default();
+        let answer = last_answer(&outcome, &error);
+        let next = match spec.dead_letter_topic.as_deref() {
+            Some(dlq) => format!("sending it to the dead-letter topic {dlq}"),
+            None => "the trigger has no deadLetterTopic: record skipped".to_string(),
+        };
+        self.warn(
+            spec,
+            reasons::DELIVERY_FAILED,
+            "Deliver",
+            format!(
+                "function {} failed on record {} after {} attempt(s) ({answer}); {next}",
+                spec.function,
+                coordinates(record),
+                outcome.attempts,
+            ),
+        );
         let Some(dlq) = spec.dead_letter_topic.as_deref() else {
             tracing::error!(
                 group = %spec.group, topic = %record.topic, partition = record.partition,
@@ -135,6 +171,18 @@ impl Deliverer {
                         attempts = outcome.attempts, %error, dead_letter_topic = dlq,
                         "delivery failed; record sent to the dead-letter topic"
                     );
+                    self.warn(
+                        spec,
+                        reasons::DEAD_LETTERED,
+                        "DeadLetter",
+                        format!(
+                            "record {} sent to the dead-letter topic {dlq} (function {}, {} \
+                             attempt(s), {answer})",
+                            coordinates(record),
+                            spec.function,
+                            outcome.attempts,
+                        ),
+                    );
                     return Some(Finished::DeadLettered);
                 }
                 Some(Err(e)) => {
@@ -152,6 +200,18 @@ impl Deliverer {
                 _ = tokio::time::sleep(wait) => {}
                 _ = cancel.cancelled() => return None,
             }
+        }
+    }
+
+    /// A Warning Event on the trigger, rate-limited per trigger and reason.
+    fn warn(&self, spec: &ConsumerSpec, reason: &'static str, action: &'static str, note: String) {
+        if let Some(events) = &self.events {
+            let regarding = kubeless_service::object_reference::<KafkaTrigger>(
+                &spec.namespace,
+                &spec.trigger,
+                spec.trigger_uid.as_deref(),
+            );
+            events.warning(&regarding, reason, action, note);
         }
     }
 

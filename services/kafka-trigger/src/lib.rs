@@ -290,12 +290,22 @@ pub async fn run(
     );
     let trigger_metrics = metrics::TriggerMetrics::register(metrics);
     let health: HealthMap = Arc::new(Mutex::new(Default::default()));
+    let reporter = Reporter {
+        controller: FIELD_MANAGER.into(),
+        instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+    };
+    let events = kubeless_service::ThrottledEvents::new(
+        client.clone(),
+        reporter.clone(),
+        kubeless_service::DEFAULT_EVENT_INTERVAL,
+    );
     let shared = Arc::new(consumer::Shared {
         brokers: settings.brokers.clone(),
         deliverer: Arc::new(deliver::Deliverer {
             invoker,
             producer: Some(producer),
             max_wait: Duration::from_secs(30),
+            events: Some(events),
         }),
         in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight)),
         metrics: trigger_metrics.clone(),
@@ -320,13 +330,7 @@ pub async fn run(
         Arc::clone(&notify),
     ));
     background.push(spawn_watch("Function", fn_stream, Arc::clone(&notify)));
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: FIELD_MANAGER.into(),
-            instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
-        },
-    );
+    let recorder = Recorder::new(client.clone(), reporter);
 
     let leader = settings.lease.clone().map(|lease| {
         let (rx, task) = LeaderElector::new(client.clone(), lease, LeaseMetrics::register(metrics))

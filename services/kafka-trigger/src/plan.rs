@@ -67,6 +67,8 @@ pub struct ConsumerSpec {
     pub group: String,
     pub namespace: String,
     pub trigger: String,
+    /// The trigger's uid, so its Events name it exactly (`kubectl describe` matches on it).
+    pub trigger_uid: Option<String>,
     pub function: String,
     pub topic: String,
     pub dead_letter_topic: Option<String>,
@@ -231,6 +233,7 @@ pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaul
                     group,
                     namespace: namespace.clone(),
                     trigger: name.clone(),
+                    trigger_uid: t.metadata.uid.clone(),
                     function: fname,
                     topic: t.spec.topic.clone(),
                     dead_letter_topic: dead_letter_topic.clone(),

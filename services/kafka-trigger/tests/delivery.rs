@@ -186,6 +186,51 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
     assert_eq!(h["Trace-Tag"], "t1", "the record's own headers are kept");
     assert_eq!(h["key"], "k7");
 
+    // Events on the trigger: each failure is a DeliveryFailed and a DeadLettered occurrence,
+    // rate-limited per trigger and reason (fewer Events than failures; a summary Event at the
+    // end of the interval counts the held ones).
+    let uid = Api::<KafkaTrigger>::namespaced(c.client.clone(), NS)
+        .get("kt")
+        .await
+        .unwrap()
+        .metadata
+        .uid;
+    for reason in ["DeliveryFailed", "DeadLettered"] {
+        let events = eventually(
+            &format!("{reason} Events counting every failure"),
+            Duration::from_secs(30),
+            || async {
+                let ev = trigger_events(&c.client, "KafkaTrigger", "kt", reason).await;
+                (occurrences(&ev) == fail_ids.len() as u64).then_some(ev)
+            },
+        )
+        .await;
+        eprintln!(
+            "{reason}: {} Event(s) for {} failures: {:?}",
+            events.len(),
+            fail_ids.len(),
+            events.iter().map(|e| e.note.clone()).collect::<Vec<_>>()
+        );
+        assert!(events.len() < fail_ids.len(), "not rate-limited");
+        for e in &events {
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            let r = e.regarding.as_ref().unwrap();
+            assert_eq!(r.namespace.as_deref(), Some(NS));
+            assert_eq!(r.uid, uid);
+            assert_eq!(r.api_version.as_deref(), Some("kubeless.io/v1beta1"));
+            let note = e.note.as_deref().unwrap();
+            assert!(note.contains("function sink"), "{note}");
+            assert!(note.contains("orders-dlq"), "{note}");
+            assert!(note.contains("status 500"), "{note}");
+            assert!(note.contains("3 attempt(s)"), "{note}");
+            // topic/partition@offset of a failing record (partitions 1 and 3 hold them).
+            assert!(
+                note.contains("record orders/1@") || note.contains("record orders/3@"),
+                "{note}"
+            );
+        }
+    }
+
     // Status: Ready with the selected function; the other trigger selects nothing.
     let triggers: Api<KafkaTrigger> = Api::namespaced(c.client.clone(), NS);
     eventually("kt Ready", Duration::from_secs(30), || async {

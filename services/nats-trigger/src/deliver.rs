@@ -8,7 +8,10 @@ use async_nats::HeaderMap as NatsHeaders;
 use async_nats::jetstream::AckKind;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
+use kubeless_api::NatsTrigger;
+use kubeless_api::conditions::reasons;
 use kubeless_invoke::{Class, Event, Invoker, Outcome, RetryPolicy};
+use kubeless_service::ThrottledEvents;
 
 use crate::metrics::SubscriptionMetrics;
 use crate::plan::{SubscriptionConfig, SubscriptionKey};
@@ -59,6 +62,8 @@ pub struct Deliverer {
     pub nats: async_nats::Client,
     pub metrics: SubscriptionMetrics,
     retry: RetryPolicy,
+    /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None`: none published.
+    events: Option<ThrottledEvents>,
 }
 
 impl Deliverer {
@@ -84,6 +89,48 @@ impl Deliverer {
             nats,
             metrics,
             retry,
+            events: None,
+        }
+    }
+
+    /// Publishes DeliveryFailed and DeadLettered Events on the trigger through `events`.
+    pub fn with_events(mut self, events: ThrottledEvents) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// A Warning Event on the trigger, rate-limited per trigger and reason.
+    fn warn(&self, reason: &'static str, action: &'static str, note: String) {
+        if let Some(events) = &self.events {
+            let regarding = kubeless_service::object_reference::<NatsTrigger>(
+                &self.key.namespace,
+                &self.key.trigger,
+                self.config.trigger_uid.as_deref(),
+            );
+            events.warning(&regarding, reason, action, note);
+        }
+    }
+
+    /// DeliveryFailed: the message at `coordinates` failed its last attempt; says what happens
+    /// to it next.
+    fn warn_failed(&self, coordinates: &str, outcome: &Outcome, next: &str) {
+        self.warn(
+            reasons::DELIVERY_FAILED,
+            "Deliver",
+            format!(
+                "function {} failed on message {coordinates} after {} attempt(s) ({}); {next}",
+                self.key.function,
+                outcome.attempts,
+                last_answer(outcome),
+            ),
+        );
+    }
+
+    /// What happens to a message that failed for good.
+    fn fate(&self) -> String {
+        match &self.config.dead_letter_subject {
+            Some(dl) => format!("sending it to the dead-letter subject {dl}"),
+            None => "the trigger has no deadLetterSubject: message dropped".into(),
         }
     }
 
@@ -124,11 +171,14 @@ impl Deliverer {
                     self.metrics.success.inc();
                 } else {
                     log_failure(&self.key, &outcome);
+                    let coordinates = format!("on subject {}", msg.subject);
+                    self.warn_failed(&coordinates, &outcome, &self.fate());
                     self.dead_letter_or_drop(
                         &msg.subject,
                         msg.headers.as_ref(),
                         &msg.payload,
                         &outcome,
+                        &coordinates,
                     )
                     .await;
                 }
@@ -147,12 +197,16 @@ impl Deliverer {
     pub async fn jetstream(&self, msg: async_nats::jetstream::Message) {
         let started = Instant::now();
         self.metrics.in_flight.inc();
-        let (delivered, event_id) = match msg.info() {
+        let (delivered, event_id, coordinates) = match msg.info() {
             Ok(info) => (
                 u32::try_from(info.delivered).unwrap_or(1).max(1),
                 Some(format!("{}-{}", info.stream, info.stream_sequence)),
+                format!(
+                    "on subject {} (stream {} sequence {})",
+                    msg.subject, info.stream, info.stream_sequence
+                ),
             ),
-            Err(_) => (1, None),
+            Err(_) => (1, None, format!("on subject {}", msg.subject)),
         };
         let max = self.config.policy.max_attempts;
         let event = build_event(
@@ -173,7 +227,7 @@ impl Deliverer {
                 endpoint: None,
                 error: None,
             };
-            self.final_failure(&msg, &outcome, max).await
+            self.final_failure(&msg, &outcome, max, &coordinates).await
         } else {
             let mut outcome = self.invoker.invoke(&self.config.target, &event).await;
             outcome.attempts = delivered;
@@ -189,7 +243,7 @@ impl Deliverer {
                 }
                 _ => {
                     log_failure(&self.key, &outcome);
-                    self.final_failure(&msg, &outcome, max).await
+                    self.final_failure(&msg, &outcome, max, &coordinates).await
                 }
             }
         };
@@ -210,13 +264,21 @@ impl Deliverer {
         msg: &async_nats::jetstream::Message,
         outcome: &Outcome,
         max: u32,
+        coordinates: &str,
     ) -> AckKind {
+        self.warn_failed(coordinates, outcome, &self.fate());
         if self.config.dead_letter_subject.is_none() {
             self.metrics.failed.inc();
             return AckKind::Term;
         }
         if self
-            .dead_letter_or_drop(&msg.subject, msg.headers.as_ref(), &msg.payload, outcome)
+            .dead_letter_or_drop(
+                &msg.subject,
+                msg.headers.as_ref(),
+                &msg.payload,
+                outcome,
+                coordinates,
+            )
             .await
         {
             AckKind::Term
@@ -233,6 +295,7 @@ impl Deliverer {
         headers: Option<&NatsHeaders>,
         payload: &Bytes,
         outcome: &Outcome,
+        coordinates: &str,
     ) -> bool {
         let Some(dl) = &self.config.dead_letter_subject else {
             self.metrics.failed.inc();
@@ -273,6 +336,17 @@ impl Deliverer {
         match published {
             Ok(()) => {
                 self.metrics.dead_letter.inc();
+                self.warn(
+                    reasons::DEAD_LETTERED,
+                    "DeadLetter",
+                    format!(
+                        "message {coordinates} sent to the dead-letter subject {dl} (function {}, \
+                         {} attempt(s), {})",
+                        self.key.function,
+                        outcome.attempts,
+                        last_answer(outcome),
+                    ),
+                );
                 true
             }
             Err(e) => {
@@ -307,6 +381,20 @@ impl Deliverer {
         self.nats
             .publish_with_headers(reply, h, outcome.body.clone())
             .await
+    }
+}
+
+/// What the last attempt got: its HTTP status when there was one, and the error.
+fn last_answer(outcome: &Outcome) -> String {
+    let error = outcome
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {e}", e.metric_label()));
+    match (outcome.status, error) {
+        (Some(s), None) => format!("status {}", s.as_u16()),
+        (Some(s), Some(e)) => format!("status {}, {e}", s.as_u16()),
+        (None, Some(e)) => e,
+        (None, None) => "no answer: the process died during the last attempt".into(),
     }
 }
 

@@ -76,6 +76,8 @@ pub struct SubscriptionConfig {
     pub max_in_flight: u32,
     pub dead_letter_subject: Option<String>,
     pub mode: Mode,
+    /// The trigger's uid, so its Events name it exactly (`kubectl describe` matches on it).
+    pub trigger_uid: Option<String>,
 }
 
 /// Why a trigger has no subscriptions.
@@ -241,6 +243,7 @@ fn plan_trigger(
                 max_in_flight: spec.max_in_flight(),
                 dead_letter_subject: dead_letter_subject.clone(),
                 mode,
+                trigger_uid: t.metadata.uid.clone(),
             },
         ));
     }

@@ -13,6 +13,7 @@ use kube::{Api, Client, Resource};
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, NatsTrigger, NatsTriggerStatus};
 use kubeless_invoke::Invoker;
+use kubeless_service::ThrottledEvents;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -58,12 +59,16 @@ impl Reconciler {
         let (triggers, bad_triggers, trigger_task) =
             self.watch::<NatsTrigger>(Arc::clone(&changed));
         let (functions, _, function_task) = self.watch::<Function>(Arc::clone(&changed));
-        let recorder = Recorder::new(
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.into(),
+            instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+        };
+        let recorder = Recorder::new(self.client.clone(), reporter.clone());
+        // Delivery failures and dead letters: every replica reports what it delivered.
+        let events = ThrottledEvents::new(
             self.client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
-            },
+            reporter,
+            kubeless_service::DEFAULT_EVENT_INTERVAL,
         );
         let _tasks = (
             tokio_util::task::AbortOnDropHandle::new(trigger_task),
@@ -82,7 +87,7 @@ impl Reconciler {
         let mut synced = Some(synced);
         loop {
             let desired = plan(&triggers.state(), &functions.state());
-            self.apply(&desired, &mut running, &mut stopping, &changed);
+            self.apply(&desired, &mut running, &mut stopping, &changed, &events);
             self.metrics.subscriptions.set(running.len() as i64);
             let active = running
                 .values()
@@ -167,6 +172,7 @@ impl Reconciler {
         running: &mut BTreeMap<SubscriptionKey, Running>,
         stopping: &mut JoinSet<()>,
         changed: &Arc<Notify>,
+        events: &ThrottledEvents,
     ) {
         let stale: Vec<SubscriptionKey> = running
             .iter()
@@ -192,7 +198,8 @@ impl Reconciler {
                 self.invoker.clone(),
                 self.nats.clone(),
                 self.metrics.subscription(&trigger, &key.function),
-            );
+            )
+            .with_events(events.clone());
             let sub = Subscription::spawn(deliverer, Arc::clone(changed), self.drain_timeout);
             running.insert(key.clone(), Running { config, sub });
         }

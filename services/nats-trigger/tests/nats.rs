@@ -382,6 +382,48 @@ async fn failing_messages_go_to_the_dead_letter_subject() {
     assert_eq!(replica.deliveries("fails", "dead_letter"), 1);
     assert_eq!(replica.deliveries("fails", "retry"), 2);
     assert_eq!(replica.deliveries("fails-core", "dead_letter"), 1);
+    // One DeliveryFailed and one DeadLettered Event on each trigger, naming the function, the
+    // status, the message's coordinates and where it went.
+    let cases = [
+        (
+            "payments",
+            "on subject payments.in (stream ",
+            "payments.dlq",
+            "3 attempt(s)",
+        ),
+        (
+            "payments-core",
+            "on subject core.in",
+            "core.dlq",
+            "2 attempt(s)",
+        ),
+    ];
+    for (trigger, coordinates, dlq, attempts) in cases {
+        let uid = trigger_uid(&client, trigger).await;
+        for reason in ["DeliveryFailed", "DeadLettered"] {
+            let events = eventually(
+                &format!("a {reason} Event on {trigger}"),
+                Duration::from_secs(20),
+                || async {
+                    let ev = trigger_events(&client, "NATSTrigger", trigger, reason).await;
+                    (!ev.is_empty()).then_some(ev)
+                },
+            )
+            .await;
+            assert_eq!(events.len(), 1, "{trigger} {reason}: {events:?}");
+            let e = &events[0];
+            assert_eq!(e.type_.as_deref(), Some("Warning"));
+            assert_eq!(e.regarding.as_ref().unwrap().uid, uid);
+            let note = e.note.as_deref().unwrap();
+            eprintln!("{trigger} {reason}: {note}");
+            for part in [coordinates, dlq, attempts, "status 500"] {
+                assert!(
+                    note.contains(part),
+                    "{trigger} {reason} lacks {part:?}: {note}"
+                );
+            }
+        }
+    }
     // The stream was created from the trigger.
     let info = js
         .get_stream(&stream_name)

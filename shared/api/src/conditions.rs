@@ -49,6 +49,10 @@ pub mod reasons {
     pub const SOURCE_NOT_FOUND: &str = "SourceNotFound";
     /// Writing a child object (Ingress, CronJob, ...) failed.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Event only: a message's delivery to a function failed after its last attempt.
+    pub const DELIVERY_FAILED: &str = "DeliveryFailed";
+    /// Event only: a message that failed every attempt was sent to the dead-letter destination.
+    pub const DEAD_LETTERED: &str = "DeadLettered";
 }
 
 /// One observation of an object's state (Kubernetes condition convention).

@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod args;
 pub mod backoff;
+pub mod events;
 pub mod guard;
 pub mod lease;
 pub mod metrics;
@@ -17,6 +18,7 @@ pub mod telemetry;
 pub use admin::{AdminServer, Readiness};
 pub use args::{ServiceArgs, ServiceConfig};
 pub use backoff::Backoff;
+pub use events::{DEFAULT_EVENT_INTERVAL, ThrottledEvents, object_reference};
 pub use guard::{
     InvalidObjects, guarded_watch, guarded_watch_stripped, report_all_invalid, report_invalid,
 };
