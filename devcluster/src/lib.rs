@@ -129,19 +129,18 @@ impl DevCluster {
                     source,
                 })?;
                 let client = server.client().await.map_err(Error::ApiServer)?;
-                // Pods have no service-account token here; the kubeconfig gives in-pod clients
-                // (kube's Client::try_default, kubectl) the same API access instead.
-                let extra_env = [(
-                    "KUBECONFIG".to_string(),
-                    server.kubeconfig_path().display().to_string(),
-                )]
-                .into_iter()
-                .collect();
+                // Each pod gets a token for its own ServiceAccount and a kubeconfig using it, so
+                // in-pod clients (kube's Client::try_default, kubectl) have exactly the rights
+                // RBAC gives that ServiceAccount, as on a real cluster.
+                let api_access = devcluster_runner::ApiAccess {
+                    server: server.url(),
+                    ca_pem: server.ca_pem().to_string(),
+                };
                 let config = RunnerConfig {
                     image_map,
                     work_dir,
                     logs_dir,
-                    extra_env,
+                    api_access: Some(api_access),
                     pod_ip_base: pod_ip_range(),
                     ..RunnerConfig::default()
                 };

@@ -28,7 +28,8 @@ const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
 
 pub struct App {
     pub store: Arc<Store>,
-    pub token: String,
+    pub auth: crate::auth::Authenticator,
+    pub authorizer: crate::auth::Authorizer,
     pub logs_dir: PathBuf,
     pub addr: std::net::SocketAddr,
     pub proxy: hyper_util::client::legacy::Client<
@@ -62,19 +63,31 @@ fn truthy(q: &Q, k: &str) -> bool {
     q.get(k).is_some_and(|v| v == "true" || v == "1")
 }
 
-pub async fn handle(State(app): State<Arc<App>>, req: Request) -> Response {
+pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
     let path = req.uri().path().to_string();
     let public = matches!(path.as_str(), "/healthz" | "/livez" | "/readyz");
     if !public {
-        let ok = req
+        let header = req
             .headers()
             .get(header::AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .is_some_and(|t| t.trim() == app.token);
-        if !ok {
-            return error_response(&ApiError::unauthorized());
+            .and_then(|h| h.to_str().ok());
+        let user =
+            match app.auth.authenticate(&app.store, header).and_then(|u| {
+                crate::auth::impersonate(&app.authorizer, &app.store, u, req.headers())
+            }) {
+                Ok(u) => u,
+                Err(e) => return error_response(&e),
+            };
+        if !user.is_superuser() {
+            let q: Q = Query::<Q>::try_from_uri(req.uri())
+                .map(|q| q.0)
+                .unwrap_or_default();
+            let attrs = crate::auth::Attributes::from_request(req.method().as_str(), &path, &q);
+            if let Err(e) = app.authorizer.authorize(&app.store, &user, &attrs) {
+                return error_response(&e);
+            }
         }
+        req.extensions_mut().insert(user);
     }
     match route(&app, req).await {
         Ok(r) => r,
@@ -160,6 +173,34 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .filter(|s| !s.is_empty())
         .collect();
     let reg = app.store.registry();
+    if let ["apis", "authorization.k8s.io", "v1", review] = segs.as_slice()
+        && matches!(*review, "selfsubjectaccessreviews" | "subjectaccessreviews")
+    {
+        if req.method() != Method::POST {
+            return Err(ApiError::method_not_allowed());
+        }
+        let ct = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("application/json");
+        if ct.contains("protobuf") {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
+        let kind = if *review == "selfsubjectaccessreviews" {
+            "SelfSubjectAccessReview"
+        } else {
+            "SubjectAccessReview"
+        };
+        let caller = req
+            .extensions()
+            .get::<crate::auth::User>()
+            .cloned()
+            .ok_or_else(ApiError::unauthorized)?;
+        let body = parse_json(&read_body(req.into_body()).await?)?;
+        let review = crate::auth::access_review(&app.authorizer, &app.store, &caller, kind, &body)?;
+        return Ok(json_response(201, &review));
+    }
     match segs.as_slice() {
         [] => {
             let mut paths = vec![
@@ -428,6 +469,15 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         req,
                     )
                     .await
+                }
+                "token"
+                    if def.gr.resource == "serviceaccounts"
+                        && def.gr.group.is_empty()
+                        && method == Method::POST =>
+                {
+                    let body = parse_json(&read_body(req.into_body()).await?)?;
+                    let tr = app.auth.token_request(&app.store, ns, name, &body)?;
+                    Ok(json_response(201, &tr))
                 }
                 _ => Err(ApiError::path_not_found()),
             }

@@ -8,6 +8,7 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+pub mod auth;
 mod builtin;
 pub mod errors;
 mod http;
@@ -97,6 +98,7 @@ pub struct RunningServer {
     addr: SocketAddr,
     kubeconfig_path: PathBuf,
     kubeconfig_yaml: String,
+    ca_pem: String,
     store: Arc<Store>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
@@ -111,6 +113,17 @@ impl RunningServer {
 
     pub fn kubeconfig_path(&self) -> &Path {
         &self.kubeconfig_path
+    }
+
+    /// The CA certificate (PEM) clients verify the server with, as `ca.crt` of a pod's
+    /// ServiceAccount volume holds it.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+
+    /// The server's URL, `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
     }
 
     /// The kubeconfig written to [`Self::kubeconfig_path`].
@@ -252,7 +265,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
 
     let app = Arc::new(http::App {
         store: store.clone(),
-        token,
+        auth: auth::Authenticator::new(token),
+        authorizer: auth::Authorizer::default(),
         logs_dir: config.logs_dir.clone(),
         addr,
         proxy: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
@@ -266,6 +280,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         addr,
         kubeconfig_path,
         kubeconfig_yaml: yaml,
+        ca_pem,
         store,
         shutdown,
         tasks: vec![server, gc],

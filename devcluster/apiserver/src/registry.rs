@@ -448,6 +448,10 @@ impl Registry {
                 }
             }
         }
+        // Access reviews: created and answered, never stored (src/auth/review.rs).
+        out.entry("authorization.k8s.io".into())
+            .or_default()
+            .push("v1".into());
         out
     }
 
@@ -512,8 +516,19 @@ impl Registry {
                 resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
                 resources.push(json!({"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
             }
+            if def.gr.group.is_empty() && def.gr.resource == "serviceaccounts" {
+                resources.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true, "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+            }
             if def.gr.group.is_empty() && def.gr.resource == "services" {
                 resources.push(json!({"name": "services/proxy", "singularName": "", "namespaced": true, "kind": "ServiceProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
+            }
+        }
+        if group == "authorization.k8s.io" && version == "v1" {
+            for (name, kind) in [
+                ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+                ("subjectaccessreviews", "SubjectAccessReview"),
+            ] {
+                resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}));
             }
         }
         if resources.is_empty() {

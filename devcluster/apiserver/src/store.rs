@@ -105,6 +105,8 @@ pub struct Store {
     events: broadcast::Sender<Arc<WatchEvent>>,
     gc: Notify,
     persist: Option<Persist>,
+    /// Bumped on every change to an RBAC object, so the authorizer knows when its cache is stale.
+    rbac_generation: std::sync::atomic::AtomicU64,
 }
 
 pub fn now_rfc3339() -> String {
@@ -245,6 +247,7 @@ impl Store {
             events,
             gc: Notify::new(),
             persist,
+            rbac_generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -274,6 +277,12 @@ impl Store {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(gr)
+    }
+
+    /// Changes whenever a Role, ClusterRole or binding is created, changed or deleted.
+    pub fn rbac_generation(&self) -> u64 {
+        self.rbac_generation
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     pub fn current_rv(&self) -> u64 {
@@ -316,6 +325,8 @@ impl Store {
         (st.rv, out)
     }
 
+    /// What a fresh real cluster has: the four namespaces, each with its `default`
+    /// ServiceAccount, and the `cluster-admin` ClusterRole.
     pub fn ensure_default_namespaces(&self) {
         let Some(def) = self.def(&ns_gr()) else {
             return;
@@ -329,6 +340,25 @@ impl Store {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
                 );
             }
+            // Namespaces from a data dir written before ServiceAccounts were made.
+            let mut st = self.lock();
+            self.ensure_default_service_account(&mut st, name);
+        }
+        let cr = GroupResource::new("rbac.authorization.k8s.io", "clusterroles");
+        if self.get(&cr, "", "cluster-admin").is_none()
+            && let Some(def) = self.def(&cr)
+        {
+            let _ = self.create(
+                &def,
+                "v1",
+                "",
+                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                    "metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
+                    "rules": [
+                        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                        {"nonResourceURLs": ["*"], "verbs": ["*"]}
+                    ]}),
+            );
         }
     }
 
@@ -366,6 +396,10 @@ impl Store {
     ) -> Arc<Value> {
         st.rv += 1;
         let rv = st.rv;
+        if gr.group == "rbac.authorization.k8s.io" {
+            self.rbac_generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
         if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
             m.insert("resourceVersion".into(), Value::String(rv.to_string()));
         }
@@ -419,6 +453,27 @@ impl Store {
             .get(gr)?
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
+    }
+
+    /// Every object of a resource, in one namespace or all (no selectors, no paging).
+    pub fn all(&self, gr: &GroupResource, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let st = self.lock();
+        let Some(objs) = st.objects.get(gr) else {
+            return Vec::new();
+        };
+        match ns {
+            None => objs.values().cloned().collect(),
+            Some(n) => {
+                use std::ops::Bound;
+                objs.range((
+                    Bound::Included((n.to_string(), String::new())),
+                    Bound::Unbounded,
+                ))
+                .take_while(|((ons, _), _)| ons == n)
+                .map(|(_, o)| o.clone())
+                .collect()
+            }
+        }
     }
 
     /// Lists objects (one namespace or all) matching the selectors, one page at a time.
@@ -684,6 +739,7 @@ impl Store {
         let name = meta(&obj, "name").unwrap_or_default();
         self.check_namespace(st, def, ns)?;
         if def.gr.group.is_empty() && def.gr.resource == "pods" {
+            Self::admit_service_account(st, ns, &name, &mut obj)?;
             Self::admit_pod_security(st, ns, &name, &obj)?;
         }
         let key = (
@@ -711,7 +767,62 @@ impl Store {
         }
         self.defaults_on_create(def, &mut obj)?;
         self.validate(def, version, &mut obj, None)?;
-        Ok((*self.commit(st, &def.gr, key, obj, EventType::Added)).clone())
+        let created = (*self.commit(st, &def.gr, key, obj, EventType::Added)).clone();
+        if def.gr == ns_gr() {
+            self.ensure_default_service_account(st, &name);
+        }
+        Ok(created)
+    }
+
+    /// The `default` ServiceAccount the real controller-manager creates in every namespace.
+    fn ensure_default_service_account(&self, st: &mut State, ns: &str) {
+        let gr = GroupResource::new("", "serviceaccounts");
+        let exists = st
+            .objects
+            .get(&gr)
+            .is_some_and(|m| m.contains_key(&(ns.to_string(), "default".to_string())));
+        if exists {
+            return;
+        }
+        if let Some(def) = self.def(&gr) {
+            let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": ns}});
+            if let Err(e) = self.create_locked(st, &def, "v1", ns, sa) {
+                tracing::warn!("devcluster: default ServiceAccount in {ns}: {}", e.message);
+            }
+        }
+    }
+
+    /// ServiceAccount admission: `spec.serviceAccountName` defaults to `default`, and a Pod
+    /// naming a ServiceAccount that does not exist is refused with 403, as on the real server.
+    fn admit_service_account(
+        st: &State,
+        ns: &str,
+        name: &str,
+        pod: &mut Value,
+    ) -> Result<(), ApiError> {
+        let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else {
+            return Ok(());
+        };
+        let sa = match spec.get("serviceAccountName").and_then(Value::as_str) {
+            Some(s) if !s.is_empty() => s.to_string(),
+            _ => match spec.get("serviceAccount").and_then(Value::as_str) {
+                Some(s) if !s.is_empty() => s.to_string(),
+                _ => "default".to_string(),
+            },
+        };
+        spec.insert("serviceAccountName".into(), json!(sa));
+        spec.insert("serviceAccount".into(), json!(sa));
+        let exists = st
+            .objects
+            .get(&GroupResource::new("", "serviceaccounts"))
+            .is_some_and(|m| m.contains_key(&(ns.to_string(), sa.clone())));
+        if exists {
+            return Ok(());
+        }
+        Err(ApiError::forbidden(format!(
+            "pods {name:?} is forbidden: error looking up service account {ns}/{sa}: serviceaccount {sa:?} not found"
+        )))
     }
 
     /// PodSecurity admission in enforce mode: a Pod that breaks its namespace's enforced level
@@ -1092,6 +1203,19 @@ impl Store {
 
     /// Deleting a CRD deletes every object it served.
     fn after_removal(&self, st: &mut State, def: &ResourceDef, removed: &Value) {
+        // The real ServiceAccount controller puts a deleted `default` back, unless its
+        // namespace is going away.
+        if def.gr == GroupResource::new("", "serviceaccounts")
+            && meta(removed, "name").as_deref() == Some("default")
+            && let Some(ns) = meta(removed, "namespace")
+            && st
+                .objects
+                .get(&ns_gr())
+                .and_then(|m| m.get(&(String::new(), ns.clone())))
+                .is_some_and(|n| !is_deleting(n))
+        {
+            self.ensure_default_service_account(st, &ns);
+        }
         if def.gr == crd_gr()
             && let Ok(crd_def) = Registry::def_from_crd(removed)
         {

@@ -281,6 +281,9 @@ struct PodEnv {
     pod_dir: PathBuf,
     logs_dir: PathBuf,
     volumes: HashMap<String, PathBuf>,
+    /// The ServiceAccount files, when the pod has them: stands for the kubelet's
+    /// `/var/run/secrets/kubernetes.io/serviceaccount` mount in every container.
+    service_account_dir: Option<PathBuf>,
     base_env: BaseEnv,
     rep: Arc<Reporter>,
     cancel: CancellationToken,
@@ -391,7 +394,7 @@ async fn run_pod(
     let grace = Duration::from_secs(grace_secs).min(ctx.config.max_grace_period);
 
     let volumes = loop {
-        match prepare_volumes(
+        let prepared = match prepare_volumes(
             &ctx,
             &ns,
             spec.volumes.as_deref().unwrap_or(&[]),
@@ -400,6 +403,15 @@ async fn run_pod(
         )
         .await
         {
+            Ok(v) => match &ctx.config.api_access {
+                Some(access) => crate::service_account::mount(&ctx.client, access, &pod, &pod_dir)
+                    .await
+                    .map(|kubeconfig| (v, kubeconfig)),
+                None => Ok((v, None)),
+            },
+            Err(message) => Err(message),
+        };
+        match prepared {
             Ok(v) => break Some(v),
             Err(message) => {
                 rep.update_pod(|rt| {
@@ -414,13 +426,20 @@ async fn run_pod(
             }
         }
     };
-    if let Some(volumes) = volumes {
+    if let Some((volumes, kubeconfig)) = volumes {
+        if let Some(kc) = &kubeconfig {
+            base_env
+                .vars
+                .insert("KUBECONFIG".into(), kc.to_string_lossy().into_owned());
+        }
+        let service_account_dir = kubeconfig.map(|_| pod_dir.join("serviceaccount"));
         let env = Arc::new(PodEnv {
             ctx: ctx.clone(),
             facts,
             pod_dir: pod_dir.clone(),
             logs_dir: logs_dir.clone(),
             volumes,
+            service_account_dir,
             base_env,
             rep: rep.clone(),
             cancel: cancel.clone(),
@@ -541,14 +560,27 @@ async fn supervise(
                 continue;
             }
         };
-        let paths = PathMap::new(container.volume_mounts.iter().flatten().filter_map(|m| {
-            let base = env.volumes.get(&m.name)?;
-            let dir = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-                Some(sub) => base.join(sub),
-                None => base.clone(),
-            };
-            Some((m.mount_path.clone(), dir))
-        }));
+        let mut mounts: Vec<(String, PathBuf)> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter_map(|m| {
+                let base = env.volumes.get(&m.name)?;
+                let dir = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                    Some(sub) => base.join(sub),
+                    None => base.clone(),
+                };
+                Some((m.mount_path.clone(), dir))
+            })
+            .collect();
+        if let Some(dir) = &env.service_account_dir
+            && !mounts
+                .iter()
+                .any(|(m, _)| m.trim_end_matches('/') == crate::service_account::MOUNT_PATH)
+        {
+            mounts.push((crate::service_account::MOUNT_PATH.to_string(), dir.clone()));
+        }
+        let paths = PathMap::new(mounts);
         let spec = match build_process(&container, &entry, &env.facts, &refs, &env.base_env, &paths)
         {
             Ok(s) => s,

