@@ -144,6 +144,9 @@ pub struct Deliverer {
     pub metrics: TriggerMetrics,
     /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
     pub max_wait: Duration,
+    /// Warning Events on the trigger (DeliveryFailed, DeadLettered), rate-limited per trigger
+    /// and reason.
+    pub events: kubeless_service::ThrottledEvents,
 }
 
 impl Deliverer {
@@ -195,6 +198,31 @@ impl Deliverer {
             .as_ref()
             .map(|e| format!("{}: {e}", e.metric_label()))
             .unwrap_or_default();
+        let coordinates = format!(
+            "{}/{}@{}",
+            config.stream, record.shard_id, record.sequence_number
+        );
+        let fate = match config.dead_letter_stream.as_deref() {
+            Some(dlq) => format!("it goes to the dead-letter stream {dlq}"),
+            None => "the trigger has no deadLetterStream: it is skipped".to_string(),
+        };
+        self.warn(
+            kubeless_api::conditions::reasons::DELIVERY_FAILED,
+            "Deliver",
+            format!(
+                "function {} failed on record {coordinates} after {} attempt(s) ({}); {fate}",
+                config.function,
+                outcome.attempts,
+                if error.is_empty() {
+                    outcome
+                        .status
+                        .map(|s| format!("HTTP {s}"))
+                        .unwrap_or_default()
+                } else {
+                    error.clone()
+                },
+            ),
+        );
         let Some(dlq) = config.dead_letter_stream.as_deref() else {
             tracing::error!(
                 trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
@@ -235,6 +263,11 @@ impl Deliverer {
                         attempts = outcome.attempts, %error, dead_letter_stream = dlq,
                         "delivery failed; record put to the dead-letter stream"
                     );
+                    self.warn(
+                        kubeless_api::conditions::reasons::DEAD_LETTERED,
+                        "DeadLetter",
+                        format!("record {coordinates} put to the dead-letter stream {dlq}"),
+                    );
                     self.finish(&label, started, outcome::DEAD_LETTER);
                     return Some(Finished::DeadLettered);
                 }
@@ -251,6 +284,15 @@ impl Deliverer {
                 _ = cancel.cancelled() => return None,
             }
         }
+    }
+
+    fn warn(&self, reason: &'static str, action: &'static str, note: String) {
+        let regarding = kubeless_service::object_reference::<kubeless_api::KinesisTrigger>(
+            &self.config.namespace,
+            &self.config.trigger,
+            Some(self.config.trigger_uid.as_str()).filter(|u| !u.is_empty()),
+        );
+        self.events.warning(&regarding, reason, action, note);
     }
 
     fn finish(&self, label: &str, started: Instant, what: &'static str) {

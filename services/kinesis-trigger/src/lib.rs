@@ -326,6 +326,14 @@ pub fn run(
     let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let reconciler = reconciler::Reconciler {
         shared: trigger::Shared {
+            events: kubeless_service::ThrottledEvents::new(
+                client.clone(),
+                kube::runtime::events::Reporter {
+                    controller: reconciler::FIELD_MANAGER.into(),
+                    instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
+                },
+                kubeless_service::DEFAULT_EVENT_INTERVAL,
+            ),
             client,
             invoker: Invoker::new(resolver),
             metrics: metrics::TriggerMetrics::register(metrics),

@@ -69,6 +69,8 @@ pub struct Shared {
     pub changed: Arc<Notify>,
     /// `Some`: share shards with other replicas through a Lease per shard.
     pub shard_leases: Option<ShardLeaseSettings>,
+    /// Delivery failures and dead letters as Warning Events on the trigger.
+    pub events: kubeless_service::ThrottledEvents,
 }
 
 /// A running trigger reader.
@@ -202,6 +204,7 @@ async fn run_once(
         config: Arc::clone(config),
         metrics: shared.metrics.clone(),
         max_wait: shared.timing.max_backoff,
+        events: shared.events.clone(),
     });
     let start = StartSettings {
         position: config.starting,

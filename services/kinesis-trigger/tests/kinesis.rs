@@ -318,6 +318,47 @@ async fn failing_function_is_retried_then_dead_lettered() {
             .then_some(())
     })
     .await;
+    // Warning Events on the trigger, rate-limited: the first of each reason at once, the
+    // others summed up in one Event after the 10 s interval.
+    let (failed, lettered) = eventually("the Events", Duration::from_secs(30), || async {
+        let about = |reason: &'static str| {
+            kubeless_service::events::events_about(
+                &client,
+                "default",
+                "KinesisTrigger",
+                "payments",
+                reason,
+            )
+        };
+        let failed = about("DeliveryFailed").await.unwrap();
+        let lettered = about("DeadLettered").await.unwrap();
+        use kubeless_service::events::total_occurrences as n;
+        (n(&failed) == 3 && n(&lettered) == 3).then_some((failed, lettered))
+    })
+    .await;
+    let first = failed[0].note.clone().unwrap_or_default();
+    assert!(
+        first.contains("function payer failed on record payments/shardId-")
+            && first.contains("after 3 attempt(s)")
+            && first.contains("dead-letter stream payments-dlq"),
+        "{first}"
+    );
+    assert!(
+        lettered[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("put to the dead-letter stream payments-dlq")),
+        "{lettered:?}"
+    );
+    assert!(
+        failed[0]
+            .regarding
+            .as_ref()
+            .and_then(|r| r.uid.as_deref())
+            .is_some_and(|u| !u.is_empty()),
+        "the Event names the trigger's uid"
+    );
+    assert_eq!(failed[0].type_.as_deref(), Some("Warning"));
     replica.stop().await;
     cluster.shutdown().await;
 }

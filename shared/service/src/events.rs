@@ -122,6 +122,41 @@ pub fn occurrences(note: &str) -> u64 {
         .unwrap_or(1)
 }
 
+/// The Events (events.k8s.io/v1) in `namespace` with `reason` about the object `name` of
+/// `kind` (their `regarding`), oldest first: how tests and tools read what was published here.
+pub async fn events_about(
+    client: &Client,
+    namespace: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>, kube::Error> {
+    let list =
+        kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), namespace)
+            .list(&Default::default())
+            .await?;
+    let mut found: Vec<_> = list
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+        })
+        .collect();
+    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+    Ok(found)
+}
+
+/// How many occurrences `events` stand for (a summary note counts several).
+pub fn total_occurrences(events: &[k8s_openapi::api::events::v1::Event]) -> u64 {
+    events
+        .iter()
+        .map(|e| occurrences(e.note.as_deref().unwrap_or_default()))
+        .sum()
+}
+
 /// Warning Events on objects, at most one per object and reason per interval (see the module
 /// docs). Cheap to clone; one per process is enough.
 #[derive(Clone)]

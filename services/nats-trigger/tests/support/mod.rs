@@ -428,37 +428,21 @@ pub fn name_of(t: &NatsTrigger) -> String {
     t.name_any()
 }
 
-/// The Events of `reason` about the trigger `name` of `kind` (their `regarding`), oldest first.
+/// The Events of `reason` about the trigger `name` of `kind`, oldest first.
 pub async fn trigger_events(
     client: &Client,
     kind: &str,
     name: &str,
     reason: &str,
 ) -> Vec<k8s_openapi::api::events::v1::Event> {
-    let list = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
-        .list(&Default::default())
+    kubeless_service::events::events_about(client, NS, kind, name, reason)
         .await
-        .unwrap();
-    let mut found: Vec<_> = list
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.reason.as_deref() == Some(reason)
-                && e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
-                })
-        })
-        .collect();
-    found.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
-    found
+        .unwrap()
 }
 
 /// How many occurrences the rate-limited Events stand for (a summary note counts several).
 pub fn occurrences(events: &[k8s_openapi::api::events::v1::Event]) -> u64 {
-    events
-        .iter()
-        .map(|e| kubeless_service::events::occurrences(e.note.as_deref().unwrap_or_default()))
-        .sum()
+    kubeless_service::events::total_occurrences(events)
 }
 
 /// The uid of the NATSTrigger `name`.
