@@ -3,7 +3,8 @@
 //! within 1 s, exit within 2 s of SIGTERM, a standby leading within the lease duration):
 //! the test fails past 10 s, so a loaded machine does not make it flaky. And a fault (issue 20):
 //! the controller SIGKILLed while it creates 200 Functions' objects, the Functions changed while
-//! it is down, then started again: every Function converges on its new spec.
+//! it is down, then started again: every Function converges on its new spec; then SIGKILLed
+//! while deleting them all: after a restart nothing is left, no orphan child.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -309,8 +310,6 @@ async fn sigkill_mid_reconcile_then_restart_converges_every_function() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    let _ = second.kill();
-    let _ = second.wait();
     eprintln!(
         "after the restart, {FUNCTIONS} changed Functions converged in {}",
         secs(converged)
@@ -328,5 +327,74 @@ async fn sigkill_mid_reconcile_then_restart_converges_every_function() {
     // Exactly one of each child per Function: nothing duplicated or left over by the kill.
     assert_eq!(count_of::<Deployment>(&env).await, FUNCTIONS);
     assert_eq!(count_of::<Service>(&env).await, FUNCTIONS);
+
+    // Deleting: every Function, the controller SIGKILLed once the first 20 are gone.
+    // The deletes go out on their own task, so the kill can land while they are still coming.
+    let fns = env.fns();
+    let deleter = tokio::spawn(async move {
+        for i in 0..FUNCTIONS {
+            fns.delete(&format!("f{i}"), &Default::default())
+                .await
+                .unwrap();
+        }
+    });
+    let deleting = Instant::now();
+    while env
+        .fns()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len()
+        > FUNCTIONS / 2
+        && deleting.elapsed() < LIMIT * 6
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = second.kill();
+    let _ = second.wait();
+    deleter.await.unwrap();
+    let left = env
+        .fns()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .len();
+    eprintln!("controller SIGKILLed with {left} of {FUNCTIONS} Functions still being deleted");
+    assert!(left > 0, "the kill must come before the deletions end");
+    let mut third = spawn(&env, "third", false);
+    let restarted = Instant::now();
+    let gone = loop {
+        let functions = env
+            .fns()
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .len();
+        let children = count_of::<Deployment>(&env).await
+            + count_of::<Service>(&env).await
+            + count_of::<k8s_openapi::api::core::v1::ConfigMap>(&env).await;
+        if functions == 0 && children == 0 {
+            break Some(restarted.elapsed());
+        }
+        if restarted.elapsed() > LIMIT * 6 {
+            eprintln!("{functions} Functions and {children} children left");
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let _ = third.kill();
+    let _ = third.wait();
+    eprintln!(
+        "after the restart, the deletions finished with no orphan in {}",
+        secs(gone)
+    );
+    assert!(
+        gone.is_some(),
+        "Functions or their children left after the restart; logs in {}",
+        env.dir.path().display()
+    );
     env.shutdown().await;
 }
