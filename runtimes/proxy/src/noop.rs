@@ -35,7 +35,13 @@ pub fn run() -> Result<(), NoopError> {
         error: None,
         retire: false,
     };
-    while protocol::read_frame_blocking(&mut reader)?.is_some() {
+    // The proxy enforces the body limit before it frames a call; the same cap here only guards
+    // the allocation (the default of `serve --max-body-bytes`).
+    let max_body = std::env::var("KUBELESS_MAX_BODY_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100 * 1024 * 1024);
+    while protocol::read_frame_blocking(&mut reader, max_body)?.is_some() {
         protocol::write_frame_blocking(&mut writer, &head, b"hello world")?;
     }
     Ok(())

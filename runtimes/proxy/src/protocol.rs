@@ -142,8 +142,12 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
 /// A frame's JSON header bytes and body.
 pub type RawFrame = (Vec<u8>, Vec<u8>);
 
-/// Blocking variant of [`read_frame`], for the built-in no-op worker.
-pub fn read_frame_blocking<R: Read>(r: &mut R) -> Result<Option<RawFrame>, FrameError> {
+/// Blocking variant of [`read_frame`], for the built-in no-op worker: the same limits (a body
+/// over `max_body` is refused before anything is allocated for it).
+pub fn read_frame_blocking<R: Read>(
+    r: &mut R,
+    max_body: usize,
+) -> Result<Option<RawFrame>, FrameError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -157,7 +161,14 @@ pub fn read_frame_blocking<R: Read>(r: &mut R) -> Result<Option<RawFrame>, Frame
     let mut head = vec![0u8; hlen as usize];
     r.read_exact(&mut head)?;
     r.read_exact(&mut len)?;
-    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    let blen = u32::from_be_bytes(len) as usize;
+    if blen > max_body {
+        return Err(FrameError::BodyOverLimit {
+            len: blen,
+            max: max_body,
+        });
+    }
+    let mut body = vec![0u8; blen];
     r.read_exact(&mut body)?;
     Ok(Some((head, body)))
 }
@@ -220,7 +231,7 @@ mod tests {
     fn oversized_header_is_rejected() {
         let mut bytes = (MAX_HEADER_BYTES + 1).to_be_bytes().to_vec();
         bytes.extend_from_slice(&[0; 8]);
-        let err = read_frame_blocking(&mut bytes.as_slice()).unwrap_err();
+        let err = read_frame_blocking(&mut bytes.as_slice(), 1024).unwrap_err();
         assert!(matches!(err, FrameError::HeaderTooLarge(_)));
     }
 }
