@@ -80,7 +80,7 @@ fn set(obj: &mut Value, path: &[Seg], value: Value) {
                 .or_insert(Value::Null)
         }
         Seg::Index => {
-            if !obj.as_array().is_some_and(|a| !a.is_empty()) {
+            if obj.as_array().is_none_or(|a| a.is_empty()) {
                 *obj = json!([{}]);
             }
             &mut obj.as_array_mut().unwrap()[0]
