@@ -16,6 +16,7 @@ mod logs;
 pub mod patch;
 pub mod persist;
 mod podsecurity;
+pub mod protobuf;
 mod proxy;
 pub mod registry;
 mod scale;
