@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Drives stock kubectl against devcluster-apiserver: get, apply, delete, scale,
-# logs, CRDs with printer columns, and get -w. Exits non-zero on the first failure.
+# logs, CRDs with printer columns, get -w, and the create subcommands, create token and
+# auth can-i (protobuf bodies). Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
 
@@ -199,6 +200,14 @@ expect_contains "create role" "$(k create role reader --verb=get,list --resource
 expect_eq "role rules read back" "$(k get role reader -o jsonpath='{.rules[0].verbs}')" '["get","list"]'
 expect_contains "create rolebinding" "$(k create rolebinding reader --role=reader --serviceaccount=made-by-create:robot)" "rolebinding.rbac.authorization.k8s.io/reader created"
 expect_eq "rolebinding subject reads back" "$(k get rolebinding reader -o jsonpath='{.subjects[0].name}')" "robot"
+# kubectl create token and kubectl auth can-i send protobuf too.
+k create serviceaccount reader >/dev/null
+k create rolebinding reader-sa --role=reader --serviceaccount=default:reader >/dev/null
+TOKEN="$(k create token reader --duration=1h)"
+[ -n "$TOKEN" ] && ok "create token" || fail "create token printed nothing"
+expect_eq "auth can-i allowed" "$(k --token="$TOKEN" auth can-i list configmaps)" "yes"
+if out="$(k --token="$TOKEN" auth can-i delete configmaps 2>&1)"; then fail "can-i delete said yes: $out"; fi
+expect_eq "auth can-i denied" "$out" "no"
 if out="$(k create secret generic s1 --from-literal=x=y 2>&1)"; then fail "duplicate secret accepted: $out"; fi
 expect_contains "create of an existing secret is AlreadyExists" "$out" "already exists"
 

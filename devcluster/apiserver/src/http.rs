@@ -184,20 +184,28 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .get(header::CONTENT_TYPE)
             .and_then(|h| h.to_str().ok())
             .unwrap_or("application/json");
-        if ct.contains("protobuf") {
-            return Err(ApiError::unsupported_media_type(ct));
-        }
         let kind = if *review == "selfsubjectaccessreviews" {
             "SelfSubjectAccessReview"
         } else {
             "SubjectAccessReview"
         };
+        let protobuf_body = crate::protobuf::is_protobuf(ct);
+        if ct.contains("protobuf") && !protobuf_body {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
+        let ct = ct.to_string();
         let caller = req
             .extensions()
             .get::<crate::auth::User>()
             .cloned()
             .ok_or_else(ApiError::unauthorized)?;
-        let body = parse_json(&read_body(req.into_body()).await?)?;
+        let bytes = read_body(req.into_body()).await?;
+        let body = if protobuf_body {
+            crate::protobuf::decode_object(&bytes, "authorization.k8s.io", "v1", kind)
+                .map_err(|e| e.into_api_error(&ct))?
+        } else {
+            parse_json(&bytes)?
+        };
         let review = crate::auth::access_review(&app.authorizer, &app.store, &caller, kind, &body)?;
         return Ok(json_response(201, &review));
     }
@@ -286,12 +294,20 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .to_string();
     let version = t.version;
     let protobuf_body = crate::protobuf::is_protobuf(&content_type);
+    let token_request = t.sub == Some("token")
+        && def.gr.group.is_empty()
+        && def.gr.resource == "serviceaccounts"
+        && method == Method::POST;
+    let protobuf_ok = if token_request {
+        true
+    } else {
+        t.sub.is_none()
+            && method != Method::PATCH
+            && crate::protobuf::supports(&def.gr.group, version, &def.kind)
+    };
     if content_type.contains("protobuf")
         && matches!(method, Method::POST | Method::PUT | Method::PATCH)
-        && (!protobuf_body
-            || method == Method::PATCH
-            || t.sub.is_some()
-            || !crate::protobuf::supports(&def.gr.group, version, &def.kind))
+        && !(protobuf_body && protobuf_ok)
     {
         // Protobuf is understood for creating and replacing the built-in kinds
         // kubectl's `create` subcommands send (see protobuf.rs); otherwise only
@@ -490,7 +506,18 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         && def.gr.group.is_empty()
                         && method == Method::POST =>
                 {
-                    let body = parse_json(&read_body(req.into_body()).await?)?;
+                    let bytes = read_body(req.into_body()).await?;
+                    let body = if protobuf_body {
+                        crate::protobuf::decode_object(
+                            &bytes,
+                            "authentication.k8s.io",
+                            "v1",
+                            "TokenRequest",
+                        )
+                        .map_err(|e| e.into_api_error(&content_type))?
+                    } else {
+                        parse_json(&bytes)?
+                    };
                     let tr = app.auth.token_request(&app.store, ns, name, &body)?;
                     Ok(json_response(201, &tr))
                 }

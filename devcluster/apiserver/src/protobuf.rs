@@ -11,9 +11,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::authentication::v1 as authn;
+use k8s_openapi::api::authorization::v1 as authz;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::api::authentication::v1 as pb_authn;
+use k8s_pb::api::authorization::v1 as pb_authz;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
@@ -130,6 +134,15 @@ pub fn decode_object(
         "ClusterRoleBinding" => to_json(cluster_role_binding(
             pb_rbac::ClusterRoleBinding::decode(raw.as_slice()).map_err(obj_err)?,
         )),
+        "SelfSubjectAccessReview" => to_json(self_subject_access_review(
+            pb_authz::SelfSubjectAccessReview::decode(raw.as_slice()).map_err(obj_err)?,
+        )),
+        "SubjectAccessReview" => to_json(subject_access_review(
+            pb_authz::SubjectAccessReview::decode(raw.as_slice()).map_err(obj_err)?,
+        )),
+        "TokenRequest" => to_json(token_request(
+            pb_authn::TokenRequest::decode(raw.as_slice()).map_err(obj_err)?,
+        )),
         _ => return Err(ProtobufError::Unsupported(format!("{api_version} {kind}"))),
     }?;
     Ok(json)
@@ -146,6 +159,10 @@ pub fn supports(group: &str, version: &str, kind: &str) -> bool {
             kind,
             "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
         ),
+        ("authorization.k8s.io", "v1") => {
+            matches!(kind, "SelfSubjectAccessReview" | "SubjectAccessReview")
+        }
+        ("authentication.k8s.io", "v1") => kind == "TokenRequest",
         _ => false,
     }
 }
@@ -322,6 +339,91 @@ fn cluster_role_binding(b: pb_rbac::ClusterRoleBinding) -> rbac::ClusterRoleBind
         metadata: object_meta(b.metadata),
         subjects: opt_vec(b.subjects, subject),
         role_ref: role_ref(b.role_ref),
+    }
+}
+
+fn resource_attributes(a: pb_authz::ResourceAttributes) -> authz::ResourceAttributes {
+    authz::ResourceAttributes {
+        namespace: opt_str(a.namespace),
+        verb: opt_str(a.verb),
+        group: opt_str(a.group),
+        version: opt_str(a.version),
+        resource: opt_str(a.resource),
+        subresource: opt_str(a.subresource),
+        name: opt_str(a.name),
+        field_selector: a.field_selector.map(|f| authz::FieldSelectorAttributes {
+            raw_selector: opt_str(f.raw_selector),
+            requirements: opt_vec(f.requirements, |r| meta::FieldSelectorRequirement {
+                key: r.key.unwrap_or_default(),
+                operator: r.operator.unwrap_or_default(),
+                values: opt_vec(r.values, |v| v),
+            }),
+        }),
+        label_selector: a.label_selector.map(|l| authz::LabelSelectorAttributes {
+            raw_selector: opt_str(l.raw_selector),
+            requirements: opt_vec(l.requirements, |r| meta::LabelSelectorRequirement {
+                key: r.key.unwrap_or_default(),
+                operator: r.operator.unwrap_or_default(),
+                values: opt_vec(r.values, |v| v),
+            }),
+        }),
+    }
+}
+
+fn non_resource_attributes(a: pb_authz::NonResourceAttributes) -> authz::NonResourceAttributes {
+    authz::NonResourceAttributes {
+        path: opt_str(a.path),
+        verb: opt_str(a.verb),
+    }
+}
+
+/// `kubectl auth can-i` sends its review as protobuf.
+fn self_subject_access_review(
+    r: pb_authz::SelfSubjectAccessReview,
+) -> authz::SelfSubjectAccessReview {
+    let spec = r.spec.unwrap_or_default();
+    authz::SelfSubjectAccessReview {
+        metadata: object_meta(r.metadata),
+        spec: authz::SelfSubjectAccessReviewSpec {
+            resource_attributes: spec.resource_attributes.map(resource_attributes),
+            non_resource_attributes: spec.non_resource_attributes.map(non_resource_attributes),
+        },
+        status: None,
+    }
+}
+
+fn subject_access_review(r: pb_authz::SubjectAccessReview) -> authz::SubjectAccessReview {
+    let spec = r.spec.unwrap_or_default();
+    authz::SubjectAccessReview {
+        metadata: object_meta(r.metadata),
+        spec: authz::SubjectAccessReviewSpec {
+            resource_attributes: spec.resource_attributes.map(resource_attributes),
+            non_resource_attributes: spec.non_resource_attributes.map(non_resource_attributes),
+            user: opt_str(spec.user),
+            groups: opt_vec(spec.groups, |g| g),
+            extra: opt_map(spec.extra, |v| v.items),
+            uid: opt_str(spec.uid),
+        },
+        status: None,
+    }
+}
+
+/// `kubectl create token` sends its TokenRequest as protobuf.
+fn token_request(r: pb_authn::TokenRequest) -> authn::TokenRequest {
+    let spec = r.spec.unwrap_or_default();
+    authn::TokenRequest {
+        metadata: object_meta(r.metadata),
+        spec: authn::TokenRequestSpec {
+            audiences: spec.audiences,
+            expiration_seconds: spec.expiration_seconds,
+            bound_object_ref: spec.bound_object_ref.map(|b| authn::BoundObjectReference {
+                api_version: opt_str(b.api_version),
+                kind: opt_str(b.kind),
+                name: opt_str(b.name),
+                uid: opt_str(b.u_id),
+            }),
+        },
+        status: None,
     }
 }
 

@@ -196,3 +196,83 @@ async fn protobuf_bodies_keep_validation_and_clear_refusals() {
     .await;
     assert_eq!(api_code(r), 415);
 }
+
+#[tokio::test]
+async fn protobuf_access_review_and_token_request() {
+    use k8s_pb::api::authentication::v1 as pb_authn;
+    use k8s_pb::api::authorization::v1 as pb_authz;
+
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+
+    let review = pb_authz::SelfSubjectAccessReview {
+        spec: Some(pb_authz::SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(pb_authz::ResourceAttributes {
+                namespace: Some("default".into()),
+                verb: Some("create".into()),
+                resource: Some("secrets".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let out = post(
+        &client,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        envelope(
+            "authorization.k8s.io/v1",
+            "SelfSubjectAccessReview",
+            review.encode_to_vec(),
+        ),
+    )
+    .await
+    .unwrap();
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(out["status"]["allowed"], true, "{out}");
+    assert_eq!(out["spec"]["resourceAttributes"]["resource"], "secrets");
+
+    post(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts",
+        envelope(
+            "v1",
+            "ServiceAccount",
+            pb_core::ServiceAccount {
+                metadata: meta("robot"),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        ),
+    )
+    .await
+    .unwrap();
+    let tr = pb_authn::TokenRequest {
+        spec: Some(pb_authn::TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let out = post(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/serviceaccounts/robot/token",
+        envelope(
+            "authentication.k8s.io/v1",
+            "TokenRequest",
+            tr.encode_to_vec(),
+        ),
+    )
+    .await
+    .unwrap();
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        out["status"]["token"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty()),
+        "{out}"
+    );
+}
