@@ -37,7 +37,11 @@ pub struct App {
         Body,
     >,
     pub rr: AtomicUsize,
+    /// Running containers for `pods/exec`; set by the pod runner when there is one.
+    pub exec: ExecSlot,
 }
+
+pub type ExecSlot = Arc<std::sync::OnceLock<Arc<dyn crate::exec::ExecBackend>>>;
 
 pub type Q = HashMap<String, String>;
 
@@ -476,6 +480,13 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         &content_type,
                         &body,
                     )
+                }
+                "exec"
+                    if def.gr.resource == "pods"
+                        && def.gr.group.is_empty()
+                        && matches!(method, Method::GET | Method::POST) =>
+                {
+                    crate::exec::handle(app, ns, name, req).await
                 }
                 "log"
                     if def.gr.resource == "pods"
