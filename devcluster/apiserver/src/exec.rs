@@ -129,6 +129,15 @@ pub async fn handle(
                 "container {container} is not running in pod {name} (exec needs the pod runner)"
             ))
         })?;
+    // As the real server (AuthorizePodWebsocketUpgradeCreatePermission, on since
+    // 1.31): a WebSocket exec is a GET, yet it needs `create` on pods/exec too.
+    if let Some(user) = req.extensions().get::<crate::auth::User>()
+        && !user.is_superuser()
+    {
+        let create =
+            crate::auth::Attributes::from_request("POST", req.uri().path(), &Default::default());
+        app.authorizer.authorize(&app.store, user, &create)?;
+    }
     let (mut parts, _body) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await

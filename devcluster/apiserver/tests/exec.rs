@@ -107,11 +107,65 @@ async fn kubectl_exec_runs_in_the_container_env_and_returns_the_exit_code() {
             Some("shout\n"),
         );
         let missing = kubectl(&kc, &["exec", "box", "-c", "nope", "--", "true"], None);
-        (exit, env, stdin, missing)
+        // RBAC: `get` on pods/exec is not enough for a WebSocket exec; `create` is needed.
+        for args in [
+            &["create", "serviceaccount", "runner"][..],
+            &[
+                "create",
+                "role",
+                "exec-get",
+                "--verb=get",
+                "--resource=pods,pods/exec",
+            ],
+            &[
+                "create",
+                "rolebinding",
+                "exec-get",
+                "--role=exec-get",
+                "--serviceaccount=default:runner",
+            ],
+        ] {
+            let o = kubectl(&kc, args, None);
+            assert!(
+                o.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let token = kubectl(&kc, &["create", "token", "runner"], None);
+        let token = String::from_utf8_lossy(&token.stdout).trim().to_string();
+        let token_arg = format!("--token={token}");
+        let get_only = kubectl(&kc, &[&token_arg, "exec", "box", "--", "true"], None);
+        let o = kubectl(
+            &kc,
+            &[
+                "create",
+                "role",
+                "exec-create",
+                "--verb=create",
+                "--resource=pods/exec",
+            ],
+            None,
+        );
+        assert!(o.status.success());
+        let o = kubectl(
+            &kc,
+            &[
+                "create",
+                "rolebinding",
+                "exec-create",
+                "--role=exec-create",
+                "--serviceaccount=default:runner",
+            ],
+            None,
+        );
+        assert!(o.status.success());
+        let with_create = kubectl(&kc, &[&token_arg, "exec", "box", "--", "true"], None);
+        (exit, env, stdin, missing, get_only, with_create)
     })
     .await
     .unwrap();
-    let (exit, env, stdin, missing) = out;
+    let (exit, env, stdin, missing, get_only, with_create) = out;
     let text = |o: &std::process::Output| {
         format!(
             "{}|{}",
@@ -151,4 +205,11 @@ async fn kubectl_exec_runs_in_the_container_env_and_returns_the_exit_code() {
         "{}",
         text(&missing)
     );
+    assert!(!get_only.status.success(), "{}", text(&get_only));
+    assert!(
+        String::from_utf8_lossy(&get_only.stderr).contains("cannot create resource \"pods/exec\""),
+        "{}",
+        text(&get_only)
+    );
+    assert!(with_create.status.success(), "{}", text(&with_create));
 }
