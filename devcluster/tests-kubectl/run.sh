@@ -200,6 +200,8 @@ expect_contains "create role" "$(k create role reader --verb=get,list --resource
 expect_eq "role rules read back" "$(k get role reader -o jsonpath='{.rules[0].verbs}')" '["get","list"]'
 expect_contains "create rolebinding" "$(k create rolebinding reader --role=reader --serviceaccount=made-by-create:robot)" "rolebinding.rbac.authorization.k8s.io/reader created"
 expect_eq "rolebinding subject reads back" "$(k get rolebinding reader -o jsonpath='{.subjects[0].name}')" "robot"
+expect_contains "create service clusterip" "$(k create service clusterip made --tcp=80:8080)" "service/made created"
+expect_eq "service ports read back" "$(k get service made -o jsonpath='{.spec.ports[0].port}/{.spec.ports[0].targetPort}/{.spec.type}')" "80/8080/ClusterIP"
 # kubectl create token and kubectl auth can-i send protobuf too.
 k create serviceaccount reader >/dev/null
 k create rolebinding reader-sa --role=reader --serviceaccount=default:reader >/dev/null

@@ -16,12 +16,14 @@ use k8s_openapi::api::authorization::v1 as authz;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_pb::api::authentication::v1 as pb_authn;
 use k8s_pb::api::authorization::v1 as pb_authz;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
+use k8s_pb::apimachinery::pkg::util::intstr as pb_intstr;
 use prost::Message;
 use serde_json::Value;
 
@@ -116,6 +118,9 @@ pub fn decode_object(
         "ConfigMap" => to_json(config_map(
             pb_core::ConfigMap::decode(raw.as_slice()).map_err(obj_err)?,
         )),
+        "Service" => to_json(service(
+            pb_core::Service::decode(raw.as_slice()).map_err(obj_err)?,
+        )),
         "Namespace" => to_json(namespace(
             pb_core::Namespace::decode(raw.as_slice()).map_err(obj_err)?,
         )),
@@ -153,7 +158,7 @@ pub fn supports(group: &str, version: &str, kind: &str) -> bool {
     match (group, version) {
         ("", "v1") => matches!(
             kind,
-            "Secret" | "ConfigMap" | "Namespace" | "ServiceAccount"
+            "Secret" | "ConfigMap" | "Namespace" | "ServiceAccount" | "Service"
         ),
         ("rbac.authorization.k8s.io", "v1") => matches!(
             kind,
@@ -258,6 +263,64 @@ fn namespace(n: pb_core::Namespace) -> core::Namespace {
             })
         }),
         // Status is the server's to set.
+        status: None,
+    }
+}
+
+/// Go writes unset non-pointer numbers as 0; JSON leaves them out.
+fn opt_nonzero(n: Option<i32>) -> Option<i32> {
+    n.filter(|n| *n != 0)
+}
+
+fn int_or_string(v: pb_intstr::IntOrString) -> Option<IntOrString> {
+    // type 0 is Int, 1 is String, as intstr.Type.
+    match v.r#type.unwrap_or(0) {
+        1 => Some(IntOrString::String(v.str_val.unwrap_or_default())),
+        _ => v.int_val.map(IntOrString::Int),
+    }
+}
+
+/// Every ServiceSpec field; the status is the server's to set.
+fn service(svc: pb_core::Service) -> core::Service {
+    let spec = svc.spec.map(|s| core::ServiceSpec {
+        ports: opt_vec(s.ports, |p| core::ServicePort {
+            name: opt_str(p.name),
+            protocol: opt_str(p.protocol),
+            app_protocol: opt_str(p.app_protocol),
+            port: p.port.unwrap_or_default(),
+            target_port: p.target_port.and_then(int_or_string),
+            node_port: opt_nonzero(p.node_port),
+        }),
+        selector: opt_map(s.selector, |v| v),
+        cluster_ip: opt_str(s.cluster_ip),
+        cluster_ips: opt_vec(s.cluster_ips, |v| v),
+        type_: opt_str(s.r#type),
+        external_ips: opt_vec(s.external_ips, |v| v),
+        session_affinity: opt_str(s.session_affinity),
+        load_balancer_ip: opt_str(s.load_balancer_ip),
+        load_balancer_source_ranges: opt_vec(s.load_balancer_source_ranges, |v| v),
+        external_name: opt_str(s.external_name),
+        external_traffic_policy: opt_str(s.external_traffic_policy),
+        health_check_node_port: opt_nonzero(s.health_check_node_port),
+        // A plain bool with omitempty in Go: false is left out of JSON.
+        publish_not_ready_addresses: s.publish_not_ready_addresses.filter(|b| *b),
+        session_affinity_config: s
+            .session_affinity_config
+            .map(|c| core::SessionAffinityConfig {
+                client_ip: c.client_ip.map(|ip| core::ClientIPConfig {
+                    timeout_seconds: ip.timeout_seconds,
+                }),
+            }),
+        ip_families: opt_vec(s.ip_families, |v| v),
+        ip_family_policy: opt_str(s.ip_family_policy),
+        allocate_load_balancer_node_ports: s.allocate_load_balancer_node_ports,
+        load_balancer_class: opt_str(s.load_balancer_class),
+        internal_traffic_policy: opt_str(s.internal_traffic_policy),
+        traffic_distribution: opt_str(s.traffic_distribution),
+    });
+    core::Service {
+        metadata: object_meta(svc.metadata),
+        spec,
         status: None,
     }
 }

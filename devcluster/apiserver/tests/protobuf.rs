@@ -113,6 +113,47 @@ async fn protobuf_bodies_create_and_replace_builtin_objects() {
         .unwrap();
     assert_eq!(stored.data.unwrap()["k"], "2");
 
+    let svc = pb_core::Service {
+        metadata: meta("web"),
+        spec: Some(pb_core::ServiceSpec {
+            ports: vec![pb_core::ServicePort {
+                name: Some("http".into()),
+                protocol: Some("TCP".into()),
+                port: Some(80),
+                target_port: Some(k8s_pb::apimachinery::pkg::util::intstr::IntOrString {
+                    r#type: Some(1),
+                    int_val: Some(0),
+                    str_val: Some("web".into()),
+                }),
+                node_port: Some(0),
+                ..Default::default()
+            }],
+            selector: [("app".to_string(), "web".to_string())].into(),
+            r#type: Some("ClusterIP".into()),
+            publish_not_ready_addresses: Some(false),
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let out = post(
+        &client,
+        "POST",
+        "/api/v1/namespaces/default/services",
+        envelope("v1", "Service", svc.encode_to_vec()),
+    )
+    .await
+    .unwrap();
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        out["spec"]["ports"],
+        serde_json::json!([{"name": "http", "protocol": "TCP", "port": 80, "targetPort": "web"}]),
+        "Go's zero values (nodePort 0, publishNotReadyAddresses false) stay out"
+    );
+    assert!(
+        out["spec"].get("publishNotReadyAddresses").is_none(),
+        "{out}"
+    );
+
     let rb = pb_rbac::RoleBinding {
         metadata: meta("rb1"),
         subjects: vec![pb_rbac::Subject {
