@@ -7,6 +7,7 @@
 use std::{
     net::SocketAddr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use devcluster_apiserver::{RunningServer, ServerConfig};
@@ -144,6 +145,7 @@ impl DevCluster {
                     pod_ip_base: pod_ip_range(),
                     ..RunnerConfig::default()
                 };
+                server.set_exec_backend(Arc::new(RunnerExec(config.running.clone())));
                 let token = CancellationToken::new();
                 let handle = tokio::spawn(Runner::run(client, config, token.clone()));
                 Some((token, handle))
@@ -175,5 +177,24 @@ impl DevCluster {
             }
         }
         self.server.shutdown().await;
+    }
+}
+
+/// `pods/exec` reaches the containers the runner started.
+struct RunnerExec(devcluster_runner::RunningContainers);
+
+impl devcluster_apiserver::exec::ExecBackend for RunnerExec {
+    fn container(
+        &self,
+        ns: &str,
+        pod: &str,
+        container: &str,
+    ) -> Option<devcluster_apiserver::exec::ContainerProcess> {
+        self.0
+            .get(ns, pod, container)
+            .map(|p| devcluster_apiserver::exec::ContainerProcess {
+                env: p.env,
+                cwd: p.cwd,
+            })
     }
 }

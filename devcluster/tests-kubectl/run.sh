@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Drives stock kubectl against devcluster-apiserver: get, apply, delete, scale,
-# logs, CRDs with printer columns, and get -w. Exits non-zero on the first failure.
+# logs, CRDs with printer columns, get -w, and the create subcommands, create token and
+# auth can-i (protobuf bodies). Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
 
@@ -184,5 +185,32 @@ printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: inside\n' | k -n scr
 k delete namespace scratch >/dev/null
 if out="$(k get namespace scratch 2>&1)"; then fail "namespace still there after delete: $out"; fi
 ok "namespace deletion completes"
+
+# kubectl create <kind> sends protobuf bodies for built-in kinds.
+expect_contains "create secret generic" "$(k create secret generic s1 --from-literal=user=admin --from-literal=pass=s3cret)" "secret/s1 created"
+expect_eq "secret data reads back" "$(k get secret s1 -o jsonpath='{.data.pass}' | base64 -d)" "s3cret"
+expect_eq "secret type" "$(k get secret s1 -o jsonpath='{.type}')" "Opaque"
+expect_contains "create configmap --from-literal" "$(k create configmap c1 --from-literal=a=1 --from-literal=b=two)" "configmap/c1 created"
+expect_eq "configmap data reads back" "$(k get configmap c1 -o jsonpath='{.data.a},{.data.b}')" "1,two"
+expect_contains "create namespace" "$(k create namespace made-by-create)" "namespace/made-by-create created"
+expect_eq "namespace is active" "$(k get namespace made-by-create -o jsonpath='{.status.phase}')" "Active"
+expect_contains "create serviceaccount" "$(k -n made-by-create create serviceaccount robot)" "serviceaccount/robot created"
+expect_eq "serviceaccount reads back" "$(k -n made-by-create get serviceaccount robot -o name)" "serviceaccount/robot"
+expect_contains "create role" "$(k create role reader --verb=get,list --resource=configmaps)" "role.rbac.authorization.k8s.io/reader created"
+expect_eq "role rules read back" "$(k get role reader -o jsonpath='{.rules[0].verbs}')" '["get","list"]'
+expect_contains "create rolebinding" "$(k create rolebinding reader --role=reader --serviceaccount=made-by-create:robot)" "rolebinding.rbac.authorization.k8s.io/reader created"
+expect_eq "rolebinding subject reads back" "$(k get rolebinding reader -o jsonpath='{.subjects[0].name}')" "robot"
+expect_contains "create service clusterip" "$(k create service clusterip made --tcp=80:8080)" "service/made created"
+expect_eq "service ports read back" "$(k get service made -o jsonpath='{.spec.ports[0].port}/{.spec.ports[0].targetPort}/{.spec.type}')" "80/8080/ClusterIP"
+# kubectl create token and kubectl auth can-i send protobuf too.
+k create serviceaccount reader >/dev/null
+k create rolebinding reader-sa --role=reader --serviceaccount=default:reader >/dev/null
+TOKEN="$(k create token reader --duration=1h)"
+[ -n "$TOKEN" ] && ok "create token" || fail "create token printed nothing"
+expect_eq "auth can-i allowed" "$(k --token="$TOKEN" auth can-i list configmaps)" "yes"
+if out="$(k --token="$TOKEN" auth can-i delete configmaps 2>&1)"; then fail "can-i delete said yes: $out"; fi
+expect_eq "auth can-i denied" "$out" "no"
+if out="$(k create secret generic s1 --from-literal=x=y 2>&1)"; then fail "duplicate secret accepted: $out"; fi
+expect_contains "create of an existing secret is AlreadyExists" "$out" "already exists"
 
 echo "kubectl script: $PASSED passed, 0 failed"

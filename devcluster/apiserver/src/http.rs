@@ -37,7 +37,11 @@ pub struct App {
         Body,
     >,
     pub rr: AtomicUsize,
+    /// Running containers for `pods/exec`; set by the pod runner when there is one.
+    pub exec: ExecSlot,
 }
+
+pub type ExecSlot = Arc<std::sync::OnceLock<Arc<dyn crate::exec::ExecBackend>>>;
 
 pub type Q = HashMap<String, String>;
 
@@ -184,20 +188,28 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             .get(header::CONTENT_TYPE)
             .and_then(|h| h.to_str().ok())
             .unwrap_or("application/json");
-        if ct.contains("protobuf") {
-            return Err(ApiError::unsupported_media_type(ct));
-        }
         let kind = if *review == "selfsubjectaccessreviews" {
             "SelfSubjectAccessReview"
         } else {
             "SubjectAccessReview"
         };
+        let protobuf_body = crate::protobuf::is_protobuf(ct);
+        if ct.contains("protobuf") && !protobuf_body {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
+        let ct = ct.to_string();
         let caller = req
             .extensions()
             .get::<crate::auth::User>()
             .cloned()
             .ok_or_else(ApiError::unauthorized)?;
-        let body = parse_json(&read_body(req.into_body()).await?)?;
+        let bytes = read_body(req.into_body()).await?;
+        let body = if protobuf_body {
+            crate::protobuf::decode_object(&bytes, "authorization.k8s.io", "v1", kind)
+                .map_err(|e| e.into_api_error(&ct))?
+        } else {
+            parse_json(&bytes)?
+        };
         let review = crate::auth::access_review(&app.authorizer, &app.store, &caller, kind, &body)?;
         return Ok(json_response(201, &review));
     }
@@ -285,12 +297,35 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .unwrap_or("application/json")
         .to_string();
     let version = t.version;
+    let protobuf_body = crate::protobuf::is_protobuf(&content_type);
+    let token_request = t.sub == Some("token")
+        && def.gr.group.is_empty()
+        && def.gr.resource == "serviceaccounts"
+        && method == Method::POST;
+    let protobuf_ok = if token_request {
+        true
+    } else {
+        t.sub.is_none()
+            && method != Method::PATCH
+            && crate::protobuf::supports(&def.gr.group, version, &def.kind)
+    };
     if content_type.contains("protobuf")
         && matches!(method, Method::POST | Method::PUT | Method::PATCH)
+        && !(protobuf_body && protobuf_ok)
     {
-        // Only JSON (and YAML for apply) bodies are understood.
+        // Protobuf is understood for creating and replacing the built-in kinds
+        // kubectl's `create` subcommands send (see protobuf.rs); otherwise only
+        // JSON (and YAML for apply).
         return Err(ApiError::unsupported_media_type(&content_type));
     }
+    let object_body = |bytes: &[u8]| -> Result<Value, ApiError> {
+        if protobuf_body {
+            crate::protobuf::decode_object(bytes, &def.gr.group, version, &def.kind)
+                .map_err(|e| e.into_api_error(&content_type))
+        } else {
+            parse_json(bytes)
+        }
+    };
     match (t.name, t.sub) {
         (None, _) => match method {
             Method::GET if t.watch_path || truthy(&q, "watch") => {
@@ -302,7 +337,7 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                     return Err(ApiError::path_not_found());
                 }
                 reject_dry_run(&q)?;
-                let body = parse_json(&read_body(req.into_body()).await?)?;
+                let body = object_body(&read_body(req.into_body()).await?)?;
                 let obj = app.store.create(&def, version, ns, body)?;
                 Ok(json_response(201, &obj))
             }
@@ -340,7 +375,7 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 }
                 Method::PUT => {
                     reject_dry_run(&q)?;
-                    let body = parse_json(&read_body(req.into_body()).await?)?;
+                    let body = object_body(&read_body(req.into_body()).await?)?;
                     Ok(json_response(
                         200,
                         &app.store.update(&def, version, ns, name, body, Sub::Main)?,
@@ -446,6 +481,13 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         &body,
                     )
                 }
+                "exec"
+                    if def.gr.resource == "pods"
+                        && def.gr.group.is_empty()
+                        && matches!(method, Method::GET | Method::POST) =>
+                {
+                    crate::exec::handle(app, ns, name, req).await
+                }
                 "log"
                     if def.gr.resource == "pods"
                         && def.gr.group.is_empty()
@@ -475,7 +517,18 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         && def.gr.group.is_empty()
                         && method == Method::POST =>
                 {
-                    let body = parse_json(&read_body(req.into_body()).await?)?;
+                    let bytes = read_body(req.into_body()).await?;
+                    let body = if protobuf_body {
+                        crate::protobuf::decode_object(
+                            &bytes,
+                            "authentication.k8s.io",
+                            "v1",
+                            "TokenRequest",
+                        )
+                        .map_err(|e| e.into_api_error(&content_type))?
+                    } else {
+                        parse_json(&bytes)?
+                    };
                     let tr = app.auth.token_request(&app.store, ns, name, &body)?;
                     Ok(json_response(201, &tr))
                 }

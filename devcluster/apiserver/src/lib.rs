@@ -11,11 +11,13 @@
 pub mod auth;
 mod builtin;
 pub mod errors;
+pub mod exec;
 mod http;
 mod logs;
 pub mod patch;
 pub mod persist;
 mod podsecurity;
+pub mod protobuf;
 mod proxy;
 pub mod registry;
 mod scale;
@@ -103,10 +105,17 @@ pub struct RunningServer {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     data_dir: Option<PathBuf>,
+    exec: http::ExecSlot,
     _temp: Option<tempfile::TempDir>,
 }
 
 impl RunningServer {
+    /// Lets `pods/exec` reach running containers. The first backend set stays;
+    /// returns false when one was already set.
+    pub fn set_exec_backend(&self, backend: Arc<dyn exec::ExecBackend>) -> bool {
+        self.exec.set(backend).is_ok()
+    }
+
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
@@ -263,6 +272,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         source,
     })?;
 
+    let exec_slot = http::ExecSlot::default();
     let app = Arc::new(http::App {
         store: store.clone(),
         auth: auth::Authenticator::new(token),
@@ -271,6 +281,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         addr,
         proxy: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
         rr: AtomicUsize::new(0),
+        exec: exec_slot.clone(),
     });
     let router = Router::new().fallback(http::handle).with_state(app);
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -285,6 +296,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         shutdown,
         tasks: vec![server, gc],
         data_dir: config.data_dir,
+        exec: exec_slot,
         _temp: temp,
     })
 }

@@ -858,6 +858,16 @@ impl Store {
                 obj["spec"] = json!({"finalizers": ["kubernetes"]});
                 obj["status"] = json!({"phase": "Active"});
             }
+            // SetDefaults_Secret: an empty type is Opaque.
+            ("", "secrets")
+                if obj
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .is_empty() =>
+            {
+                obj["type"] = json!("Opaque");
+            }
             ("", "pods") => {
                 obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
             }

@@ -702,6 +702,16 @@ async fn run_instance(
         c.started = !has_startup;
         c.ready = kind == Kind::Main && !has_startup && !needs_ready_check;
     });
+    // Lets `kubectl exec` run commands with this container's env while it runs.
+    let _exec_entry = env.ctx.config.running.register(
+        &env.facts.namespace,
+        &env.facts.name,
+        &container.name,
+        crate::running::RunningProcess {
+            env: spec.env.clone(),
+            cwd: cwd.to_path_buf(),
+        },
+    );
     let live_fail = Arc::new(Notify::new());
     let probes = if kind == Kind::Main {
         let ip = env.facts.pod_ip.unwrap_or(Ipv4Addr::LOCALHOST);

@@ -35,12 +35,14 @@ mod kubelet;
 pub mod podstatus;
 pub mod probe;
 pub mod process;
+pub mod running;
 pub mod service_account;
 pub mod spec;
 pub mod util;
 
 pub use error::{Error, Result};
 pub use image_map::{ImageEntry, ImageMap};
+pub use running::{RunningContainers, RunningProcess};
 pub use service_account::ApiAccess;
 pub use spec::{ENV_BIND_ADDRESS, ENV_POD_IP};
 
@@ -77,6 +79,8 @@ pub struct RunnerConfig {
     /// in `{pod_dir}/serviceaccount/` and a kubeconfig for it in `KUBECONFIG`, unless
     /// `automountServiceAccountToken` is false. When unset, pods get no credentials.
     pub api_access: Option<ApiAccess>,
+    /// Filled with the running containers (env, working dir) for `kubectl exec`.
+    pub running: RunningContainers,
 }
 
 impl Default for RunnerConfig {
@@ -94,6 +98,7 @@ impl Default for RunnerConfig {
             implicit_port_readiness: true,
             extra_env: BTreeMap::new(),
             api_access: None,
+            running: RunningContainers::default(),
         }
     }
 }

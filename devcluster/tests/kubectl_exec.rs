@@ -1,0 +1,105 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Stock kubectl into a pod the runner started: `kubectl exec` runs the command
+//! with the container's env and working directory and returns its exit code.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use devcluster::{DevCluster, Options};
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=30s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is missing: apt-get install -y kubernetes-client");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+const POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: box}
+spec:
+  containers:
+  - name: main
+    image: busybox
+    command: ["sh", "-c", "echo started; exec sleep 600"]
+    env: [{name: GREETING, value: from-the-pod}]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_exec_into_a_runner_pod() {
+    let state = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(Options::for_tests(state.path()))
+        .await
+        .unwrap();
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let (exit, env, missing) = tokio::task::spawn_blocking(move || {
+        let applied = kubectl(&kc, &["apply", "-f", "-"], Some(POD));
+        assert!(applied.status.success(), "{}", text(&applied));
+        let ready = kubectl(
+            &kc,
+            &["wait", "--for=condition=Ready", "pod/box", "--timeout=30s"],
+            None,
+        );
+        assert!(ready.status.success(), "{}", text(&ready));
+        let exit = kubectl(
+            &kc,
+            &["exec", "box", "--", "sh", "-c", "echo hi; exit 3"],
+            None,
+        );
+        let env = kubectl(
+            &kc,
+            &["exec", "box", "--", "sh", "-c", "echo $GREETING; pwd"],
+            None,
+        );
+        let stopped = kubectl(&kc, &["exec", "box", "-c", "nope", "--", "true"], None);
+        (exit, env, stopped)
+    })
+    .await
+    .unwrap();
+    assert_eq!(exit.status.code(), Some(3), "{}", text(&exit));
+    assert_eq!(
+        String::from_utf8_lossy(&exit.stdout),
+        "hi\n",
+        "{}",
+        text(&exit)
+    );
+    assert!(env.status.success(), "{}", text(&env));
+    let out = String::from_utf8_lossy(&env.stdout);
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("from-the-pod"), "{}", text(&env));
+    // The container's working directory: its pod folder, `{state}/pods/{ns}/{pod}-{uid}`.
+    let cwd = lines.next().unwrap_or_default();
+    assert!(cwd.contains("/pods/default/box-"), "{}", text(&env));
+    assert!(!missing.status.success(), "{}", text(&missing));
+    cluster.shutdown().await;
+}
