@@ -483,7 +483,9 @@ mod tests {
         assert_eq!(e.headers.get("event-topic").unwrap(), "orders.eu");
 
         // The invoker's headers: Kubeless's event-* set, body sent as POST.
-        let built = kubeless_invoke::event::event_headers(&e, "S-7", "t").unwrap();
+        let built =
+            kubeless_invoke::event::event_headers(&e, "S-7", std::time::SystemTime::now().into())
+                .unwrap();
         assert_eq!(
             built.get("event-namespace").unwrap(),
             "natstriggers.kubeless.io"
@@ -496,7 +498,9 @@ mod tests {
     fn json_payload_without_headers() {
         let e = build_event("a", None, Bytes::from_static(br#"{"k":1}"#), None);
         assert!(e.event_id.is_none());
-        let built = kubeless_invoke::event::event_headers(&e, "id", "t").unwrap();
+        let built =
+            kubeless_invoke::event::event_headers(&e, "id", std::time::SystemTime::now().into())
+                .unwrap();
         assert_eq!(built.get("content-type").unwrap(), "application/json");
         assert_eq!(built.get("event-type").unwrap(), "application/json");
     }

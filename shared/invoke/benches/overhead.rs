@@ -59,9 +59,14 @@ fn fixed_headers() -> HeaderMap {
     let mut h = HeaderMap::new();
     for (k, v) in [
         ("event-id", "aaaaaaaaaaaaaaaaaaaa"),
-        ("event-time", "2026-01-02T03:04:05.678Z"),
+        ("event-time", "2026-01-02 03:04:05.678 +0000 UTC"),
         ("event-type", "application/json"),
         ("event-namespace", "bench.kubeless.io"),
+        ("ce-specversion", "1.0"),
+        ("ce-id", "aaaaaaaaaaaaaaaaaaaa"),
+        ("ce-source", "bench.kubeless.io"),
+        ("ce-type", "io.kubeless.bench"),
+        ("ce-time", "2026-01-02T03:04:05.678Z"),
         ("content-type", "application/json"),
         ("user-agent", "kubeless-invoke/0.1.0"),
         (

@@ -11,6 +11,14 @@ pub const EVENT_TYPE: HeaderName = HeaderName::from_static("event-type");
 pub const EVENT_NAMESPACE: HeaderName = HeaderName::from_static("event-namespace");
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
+// CloudEvents 1.0 HTTP binary mode: the same event in the standard form, beside Kubeless's
+// headers (`Content-Type` is the CloudEvent's `datacontenttype`).
+pub const CE_SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
+pub const CE_ID: HeaderName = HeaderName::from_static("ce-id");
+pub const CE_SOURCE: HeaderName = HeaderName::from_static("ce-source");
+pub const CE_TYPE: HeaderName = HeaderName::from_static("ce-type");
+pub const CE_TIME: HeaderName = HeaderName::from_static("ce-time");
+
 pub const APPLICATION_JSON: &str = "application/json";
 /// What Kubeless sends for anything that is not a JSON object.
 pub const FORM_URLENCODED: &str = "application/x-www-form-urlencoded";
@@ -106,14 +114,28 @@ pub fn new_event_id() -> String {
         .collect()
 }
 
-/// `event-time`: RFC 3339 UTC with millisecond precision, e.g. `2026-01-02T03:04:05.678Z`.
+/// `event-time` as Kubeless's triggers wrote it: Go's `time.Time.String()` of a UTC time,
+/// `2026-01-02 03:04:05.678901234 +0000 UTC` (fraction without trailing zeros, left out when
+/// zero). Functions written for Kubeless parse this; the standard form is in `ce-time`.
 pub fn event_time_now() -> String {
     format_event_time(chrono::Utc::now())
 }
 
-/// Formats `t` like [`event_time_now`]. Written by hand: it runs for every event and the
-/// generic formatter costs several times more.
+/// Formats `t` like [`event_time_now`].
 pub fn format_event_time(t: chrono::DateTime<chrono::Utc>) -> String {
+    let mut out = t.format("%Y-%m-%d %H:%M:%S").to_string();
+    let nanos = t.timestamp_subsec_nanos().min(999_999_999);
+    if nanos > 0 {
+        let fraction = format!("{nanos:09}");
+        out.push('.');
+        out.push_str(fraction.trim_end_matches('0'));
+    }
+    out.push_str(" +0000 UTC");
+    out
+}
+
+/// `ce-time`: RFC 3339 UTC with millisecond precision, e.g. `2026-01-02T03:04:05.678Z`.
+pub fn format_ce_time(t: chrono::DateTime<chrono::Utc>) -> String {
     use chrono::{Datelike, Timelike};
     let year = t.year();
     if !(0..=9999).contains(&year) {
@@ -135,6 +157,15 @@ pub fn format_event_time(t: chrono::DateTime<chrono::Utc>) -> String {
     put(17, 2, t.second());
     put(20, 3, (t.nanosecond() / 1_000_000).min(999));
     buf.iter().map(|b| char::from(*b)).collect()
+}
+
+/// `ce-type` of an event from `event_namespace` (`kafkatriggers.kubeless.io` gives
+/// `io.kubeless.kafkatriggers`): reverse-DNS, as CloudEvents recommends.
+pub fn ce_type(event_namespace: &str) -> String {
+    let source = event_namespace
+        .strip_suffix(".kubeless.io")
+        .unwrap_or(event_namespace);
+    format!("io.kubeless.{source}")
 }
 
 /// A fresh W3C traceparent (version 00, random ids, sampled) for events with no trace context.
@@ -176,9 +207,9 @@ pub enum HeaderError {
 pub fn event_headers(
     event: &Event,
     event_id: &str,
-    event_time: &str,
+    time: chrono::DateTime<chrono::Utc>,
 ) -> Result<HeaderMap, HeaderError> {
-    let mut headers = HeaderMap::with_capacity(6 + event.headers.len());
+    let mut headers = HeaderMap::with_capacity(11 + event.headers.len());
     // Extra headers first so the Kubeless headers below win over accidental duplicates.
     for (name, value) in &event.headers {
         headers.append(name.clone(), value.clone());
@@ -194,12 +225,17 @@ pub fn event_headers(
         .or(event.content_type.as_deref())
         .unwrap_or(FORM_URLENCODED);
     headers.insert(EVENT_ID, value("event-id", event_id)?);
-    headers.insert(EVENT_TIME, value("event-time", event_time)?);
+    headers.insert(EVENT_TIME, value("event-time", &format_event_time(time))?);
     headers.insert(EVENT_TYPE, static_or_value("event-type", event_type)?);
     headers.insert(
         EVENT_NAMESPACE,
         value("event-namespace", &event.event_namespace)?,
     );
+    headers.insert(CE_SPECVERSION, HeaderValue::from_static("1.0"));
+    headers.insert(CE_ID, value("ce-id", event_id)?);
+    headers.insert(CE_SOURCE, value("ce-source", &event.event_namespace)?);
+    headers.insert(CE_TYPE, value("ce-type", &ce_type(&event.event_namespace))?);
+    headers.insert(CE_TIME, value("ce-time", &format_ce_time(time))?);
     if let Some(ct) = content_type {
         headers.insert(CONTENT_TYPE, static_or_value("content-type", ct)?);
     }
@@ -313,9 +349,16 @@ mod tests {
                 HeaderName::from_static("event-topic"),
                 HeaderValue::from_static("orders"),
             );
-        let h = event_headers(&ev, "abc", "2026-01-01T00:00:00.000Z").unwrap();
+        let t = chrono::DateTime::from_timestamp(1_767_225_600, 120_000_000).unwrap();
+        let h = event_headers(&ev, "abc", t).unwrap();
         assert_eq!(h[EVENT_ID], "abc");
-        assert_eq!(h[EVENT_TIME], "2026-01-01T00:00:00.000Z");
+        assert_eq!(h[EVENT_TIME], "2026-01-01 00:00:00.12 +0000 UTC");
+        // The same event in CloudEvents binary mode.
+        assert_eq!(h[CE_SPECVERSION], "1.0");
+        assert_eq!(h[CE_ID], "abc");
+        assert_eq!(h[CE_SOURCE], "kafkatriggers.kubeless.io");
+        assert_eq!(h[CE_TYPE], "io.kubeless.kafkatriggers");
+        assert_eq!(h[CE_TIME], "2026-01-01T00:00:00.120Z");
         assert_eq!(h[EVENT_TYPE], APPLICATION_JSON);
         assert_eq!(h[EVENT_NAMESPACE], "kafkatriggers.kubeless.io");
         assert_eq!(h[CONTENT_TYPE], APPLICATION_JSON);
@@ -328,7 +371,7 @@ mod tests {
             .with_body("plain words")
             .with_content_type("text/plain")
             .with_event_type("com.example.thing");
-        let h = event_headers(&ev, "id", "t").unwrap();
+        let h = event_headers(&ev, "id", chrono::Utc::now()).unwrap();
         assert_eq!(h[CONTENT_TYPE], "text/plain");
         assert_eq!(h[EVENT_TYPE], "com.example.thing");
     }
@@ -336,7 +379,7 @@ mod tests {
     #[test]
     fn headers_for_get_have_no_content_type() {
         let ev = Event::new("cronjobtrigger.kubeless.io");
-        let h = event_headers(&ev, "id", "t").unwrap();
+        let h = event_headers(&ev, "id", chrono::Utc::now()).unwrap();
         assert!(!h.contains_key(CONTENT_TYPE));
         assert_eq!(h[EVENT_TYPE], FORM_URLENCODED);
     }
@@ -345,7 +388,7 @@ mod tests {
     fn extra_headers_cannot_override_kubeless_ones() {
         let ev =
             Event::new("ns.kubeless.io").with_header(EVENT_ID, HeaderValue::from_static("spoofed"));
-        let h = event_headers(&ev, "real", "t").unwrap();
+        let h = event_headers(&ev, "real", chrono::Utc::now()).unwrap();
         assert_eq!(h.get_all(EVENT_ID).iter().count(), 1);
         assert_eq!(h[EVENT_ID], "real");
     }
@@ -354,7 +397,7 @@ mod tests {
     fn invalid_header_values_are_errors() {
         let ev = Event::new("bad\nnamespace");
         assert!(matches!(
-            event_headers(&ev, "id", "t"),
+            event_headers(&ev, "id", chrono::Utc::now()),
             Err(HeaderError::InvalidValue {
                 name: "event-namespace",
                 ..
@@ -372,7 +415,7 @@ mod tests {
     }
 
     #[test]
-    fn event_time_format_matches_chrono() {
+    fn ce_time_format_matches_chrono() {
         use chrono::TimeZone;
         for (secs, nanos) in [
             (0i64, 0u32),
@@ -382,25 +425,45 @@ mod tests {
         ] {
             let t = chrono::Utc.timestamp_opt(secs, nanos).unwrap();
             assert_eq!(
-                format_event_time(t),
+                format_ce_time(t),
                 t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
             );
         }
+    }
+
+    #[test]
+    fn event_time_is_what_go_time_string_prints_in_utc() {
+        use chrono::TimeZone;
+        let at = |secs, nanos| format_event_time(chrono::Utc.timestamp_opt(secs, nanos).unwrap());
         assert_eq!(
-            format_event_time(
-                chrono::Utc
-                    .timestamp_opt(1_767_323_045, 678_900_000)
-                    .unwrap()
-            ),
-            "2026-01-02T03:04:05.678Z"
+            at(1_767_323_045, 678_900_000),
+            "2026-01-02 03:04:05.6789 +0000 UTC"
+        );
+        assert_eq!(at(1_767_323_045, 0), "2026-01-02 03:04:05 +0000 UTC");
+        assert_eq!(
+            at(1_767_323_045, 1),
+            "2026-01-02 03:04:05.000000001 +0000 UTC"
+        );
+        assert_eq!(at(0, 0), "1970-01-01 00:00:00 +0000 UTC");
+        let now = event_time_now();
+        assert!(now.ends_with(" +0000 UTC"), "{now}");
+        assert!(
+            chrono::NaiveDateTime::parse_from_str(
+                now.trim_end_matches(" +0000 UTC"),
+                "%Y-%m-%d %H:%M:%S%.f"
+            )
+            .is_ok(),
+            "{now}"
         );
     }
 
     #[test]
-    fn event_time_is_rfc3339() {
-        let t = event_time_now();
-        assert!(chrono::DateTime::parse_from_rfc3339(&t).is_ok(), "{t}");
-        assert!(t.ends_with('Z'));
+    fn ce_type_is_reverse_dns_of_the_namespace() {
+        assert_eq!(
+            ce_type("cronjobtriggers.kubeless.io"),
+            "io.kubeless.cronjobtriggers"
+        );
+        assert_eq!(ce_type("custom"), "io.kubeless.custom");
     }
 
     fn assert_traceparent_shape(tp: &str) {

@@ -356,8 +356,7 @@ enum Failure {
 }
 
 fn prepare(event: &Event, event_id: String) -> Result<Prepared, (String, HeaderError)> {
-    let time = event::event_time_now();
-    match event::event_headers(event, &event_id, &time) {
+    match event::event_headers(event, &event_id, chrono::Utc::now()) {
         Ok(mut headers) => {
             headers.insert(USER_AGENT, USER_AGENT_VALUE);
             let method = if event.body.is_some() {

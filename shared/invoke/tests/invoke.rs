@@ -66,7 +66,14 @@ async fn post_carries_kubeless_headers_and_body() {
     assert_eq!(id, out.event_id);
     assert_eq!(id.len(), 20);
     assert!(id.chars().all(|c| c.is_ascii_alphanumeric()));
-    assert!(chrono::DateTime::parse_from_rfc3339(h["event-time"].to_str().unwrap()).is_ok());
+    // Kubeless's event-time (Go's time.String() in UTC), and the CloudEvents form beside it.
+    let time = h["event-time"].to_str().unwrap();
+    assert!(time.ends_with(" +0000 UTC"), "{time}");
+    assert!(chrono::DateTime::parse_from_rfc3339(h["ce-time"].to_str().unwrap()).is_ok());
+    assert_eq!(h["ce-specversion"], "1.0");
+    assert_eq!(h["ce-id"], id);
+    assert_eq!(h["ce-source"], "kafkatriggers.kubeless.io");
+    assert_eq!(h["ce-type"], "io.kubeless.kafkatriggers");
     assert_eq!(h["event-type"], "application/json");
     assert_eq!(h["content-type"], "application/json");
     assert_eq!(h["event-namespace"], "kafkatriggers.kubeless.io");

@@ -205,7 +205,7 @@ fn payload_is_posted_as_json() {
     assert_eq!(sent, json!({"msg": "hi", "n": [1, 2]}));
     let call = args.call().unwrap();
     assert!(call.event.body.is_some(), "a payload means POST");
-    let h = event_headers(&call.event, "id", "2026-01-01T00:00:00.000Z").unwrap();
+    let h = event_headers(&call.event, "id", std::time::SystemTime::now().into()).unwrap();
     assert_eq!(h[CONTENT_TYPE], "application/json");
     assert_eq!(h[H_TYPE], "application/json");
     assert_eq!(h[H_NS], EVENT_NAMESPACE);
@@ -217,7 +217,7 @@ fn scalar_payloads_are_json_too() {
     let t = trigger(json!({"schedule": "* * * * *", "function-name": "hello", "payload": "text"}));
     let call = invoker_of(&build(&t)).call().unwrap();
     assert_eq!(call.event.body.as_deref(), Some(&b"\"text\""[..]));
-    let h = event_headers(&call.event, "id", "t").unwrap();
+    let h = event_headers(&call.event, "id", std::time::SystemTime::now().into()).unwrap();
     assert_eq!(h[CONTENT_TYPE], "application/json");
 }
 
@@ -231,7 +231,7 @@ fn no_payload_or_null_is_a_get() {
         assert_eq!(args.payload, "");
         let call = args.call().unwrap();
         assert!(call.event.body.is_none(), "no payload means GET");
-        let h = event_headers(&call.event, "id", "t").unwrap();
+        let h = event_headers(&call.event, "id", std::time::SystemTime::now().into()).unwrap();
         assert!(!h.contains_key(CONTENT_TYPE));
         assert_eq!(h[H_NS], "cronjobtrigger.kubeless.io");
         assert_eq!(h[H_TYPE], "application/json");

@@ -548,7 +548,7 @@ mod tests {
         assert_eq!(h[EVENT_ID], "given-id");
         assert_eq!(h[EVENT_TYPE], "application/json");
         assert_eq!(h[EVENT_NAMESPACE], EVENT_NAMESPACE_HTTP);
-        assert!(h[EVENT_TIME].to_str().unwrap().ends_with('Z'));
+        assert!(h[EVENT_TIME].to_str().unwrap().ends_with(" +0000 UTC"));
         // no content type: Kubeless's default event type
         let mut h = HeaderMap::new();
         prepare_headers(&mut h, "", "127.0.0.1:1".parse().unwrap());
