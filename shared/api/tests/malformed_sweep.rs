@@ -131,6 +131,21 @@ fn wrong_values(schema: &Value) -> Vec<Value> {
     out
 }
 
+/// The `openAPIV3Schema` of the CRD's storage version.
+fn storage_schema(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Value {
+    let version = crd.spec.versions.iter().find(|v| v.storage).unwrap();
+    serde_json::to_value(
+        version
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
 fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
@@ -157,15 +172,7 @@ fn every_field_refuses_wrong_types_and_bounds_by_name() {
             .find(|(k, _)| *k == kind)
             .map(|(_, f)| *f)
             .unwrap_or_else(|| panic!("no base object for {kind}: add a fixture"));
-        let version = crd.spec.versions.iter().find(|v| v.storage).unwrap();
-        let schema = serde_json::to_value(
-            version
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .unwrap(),
-        )
-        .unwrap();
+        let schema = storage_schema(&crd);
         let validator = CrdSchema::new(schema.clone());
         let base = fixture(file);
         let clean = validator.validate(&mut base.clone(), None);
@@ -223,15 +230,7 @@ fn unicode_control_characters_and_huge_strings_never_panic() {
         json!("a".repeat(1 << 20)),
     ];
     for crd in kubeless_api::all() {
-        let version = crd.spec.versions.iter().find(|v| v.storage).unwrap();
-        let schema = serde_json::to_value(
-            version
-                .schema
-                .as_ref()
-                .and_then(|s| s.open_api_v3_schema.as_ref())
-                .unwrap(),
-        )
-        .unwrap();
+        let schema = storage_schema(&crd);
         let validator = CrdSchema::new(schema.clone());
         let mut nodes = Vec::new();
         leaves(&schema, Vec::new(), &mut nodes);
