@@ -242,15 +242,9 @@ where
 }
 
 /// One cached, stripped watch of a child kind: returns its store and the trigger stream.
-///
-/// The watch runs on its own task, which fills the store and forwards the touched objects to
-/// the returned stream, so the cache fills at the pace of the API server whatever the
-/// controller is doing (reconciles wait for the caches; the controller pulls its trigger
-/// streams only when it has room to schedule).
 fn child_watch<K>(
     client: &Client,
     namespace: Option<&str>,
-    stop: &CancellationToken,
     strip: fn(&mut K),
 ) -> (
     reflector::Store<K>,
@@ -273,23 +267,7 @@ where
         .modify(strip)
         .reflect(writer)
         .touched_objects();
-    let (tx, rx) = mpsc::unbounded();
-    let stop = stop.clone();
-    tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        loop {
-            let item = tokio::select! {
-                _ = stop.cancelled() => return,
-                item = stream.next() => item,
-            };
-            // The controller has stopped when nobody receives any more.
-            let Some(item) = item else { return };
-            if tx.unbounded_send(item).is_err() {
-                return;
-            }
-        }
-    });
-    (store, rx)
+    (store, stream)
 }
 
 async fn run_once(
@@ -301,24 +279,24 @@ async fn run_once(
     restart: CancellationToken,
 ) {
     let ns = namespace.as_deref();
-    let (config_maps, cm_stream) = child_watch::<ConfigMap>(client, ns, &restart, |o| {
+    let (config_maps, cm_stream) = child_watch::<ConfigMap>(client, ns, |o| {
         o.data = None;
         o.binary_data = None;
         strip_meta(o);
     });
-    let (deployments, dep_stream) = child_watch::<Deployment>(client, ns, &restart, |o| {
+    let (deployments, dep_stream) = child_watch::<Deployment>(client, ns, |o| {
         o.spec = None;
         strip_meta(o);
     });
-    let (services, svc_stream) = child_watch::<Service>(client, ns, &restart, |o| {
+    let (services, svc_stream) = child_watch::<Service>(client, ns, |o| {
         o.spec = None;
         strip_meta(o);
     });
-    let (hpas, hpa_stream) = child_watch::<HorizontalPodAutoscaler>(client, ns, &restart, |o| {
+    let (hpas, hpa_stream) = child_watch::<HorizontalPodAutoscaler>(client, ns, |o| {
         o.spec = None;
         strip_meta(o);
     });
-    let (pods, pod_stream) = child_watch::<Pod>(client, ns, &restart, |o| {
+    let (pods, pod_stream) = child_watch::<Pod>(client, ns, |o| {
         o.spec = None;
         strip_meta(o);
     });
