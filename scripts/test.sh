@@ -31,4 +31,5 @@ stage "cargo build --bins" cargo build --workspace --bins --locked
 # The container images (buildah, no Docker daemon): the cold build's times and sizes are printed
 # here; integration-tests/tests/images.rs then rebuilds them (cached), checks and pushes them.
 stage "images: scripts/images.sh build" bash scripts/images.sh build
-stage "cargo test" cargo test --workspace --locked
+# --no-fail-fast: one failing test binary does not hide the results of the others.
+stage "cargo test" cargo test --workspace --locked --no-fail-fast
