@@ -50,13 +50,23 @@ impl WriteTimes {
         )
     }
 
-    async fn read(log: &std::path::Path) -> Self {
+    /// Reads the index of `log` from byte `from` on (the part appended since an earlier read),
+    /// adds its complete lines and returns where the next read starts.
+    async fn read_more(&mut self, log: &std::path::Path, from: u64) -> u64 {
         let mut name = log.as_os_str().to_owned();
         name.push(".times");
-        match tokio::fs::read_to_string(std::path::PathBuf::from(name)).await {
-            Ok(text) => Self::parse(&text),
-            Err(_) => Self::default(),
+        let Ok(mut f) = tokio::fs::File::open(std::path::PathBuf::from(name)).await else {
+            return from;
+        };
+        let mut text = Vec::new();
+        if f.seek(SeekFrom::Start(from)).await.is_err() || f.read_to_end(&mut text).await.is_err() {
+            return from;
         }
+        // A line still being written is read next time.
+        let complete = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        self.0
+            .extend(Self::parse(&String::from_utf8_lossy(&text[..complete])).0);
+        from + complete as u64
     }
 
     /// When the line starting at `offset` was written.
@@ -176,10 +186,17 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
         }
     };
     let offset = data.len() as u64;
-    let times = WriteTimes::read(&file).await;
+    let since = since_ms(q, name)?;
+    let timestamps = q.get("timestamps").is_some_and(|v| v == "true");
+    // The write-time index, read only when an option needs it.
+    let mut times = WriteTimes::default();
+    let mut times_read = 0u64;
+    if since.is_some() || timestamps {
+        times_read = times.read_more(&file, 0).await;
+    }
     // Where `data` starts in the file, for the write times of its lines.
     let mut start = 0u64;
-    if let Some(since) = since_ms(q, name)? {
+    if let Some(since) = since {
         let cut = if times.0.is_empty() {
             // No index (a log from before it existed): nothing is known to be older.
             0
@@ -211,7 +228,6 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
     if let Some(limit) = q.get("limitBytes").and_then(|t| t.parse::<usize>().ok()) {
         data.truncate(limit);
     }
-    let timestamps = q.get("timestamps").is_some_and(|v| v == "true");
     if timestamps {
         data = stamp_written(&data, start, &times);
     }
@@ -241,8 +257,10 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
                 };
                 let len = f.metadata().await.map(|m| m.len()).unwrap_or(pos);
                 if len < pos {
-                    // The file was replaced (container restarted): start over.
+                    // The file was replaced (container restarted): start over, index too.
                     pos = 0;
+                    times = WriteTimes::default();
+                    times_read = 0;
                 }
                 if len > pos {
                     let mut buf = Vec::with_capacity((len - pos) as usize);
@@ -251,7 +269,7 @@ pub async fn handle(app: &App, ns: &str, name: &str, q: &Q) -> Result<Response, 
                     {
                         pos += buf.len() as u64;
                         let chunk = if timestamps {
-                            let times = WriteTimes::read(&file).await;
+                            times_read = times.read_more(&file, times_read).await;
                             stamp_written(&buf, pos - buf.len() as u64, &times)
                         } else {
                             buf
