@@ -25,6 +25,12 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("writing {path}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("writing to stdout")]
     Stdout(#[source] std::io::Error),
     #[error("downloading {url}")]
@@ -143,6 +149,10 @@ impl Error {
             Self::Read { path, source } => format!(
                 "Cannot read {}: {source}. Check the path (relative paths start from the current \
                  directory)",
+                path.display()
+            ),
+            Self::Write { path, source } => format!(
+                "Cannot write {}: {source}. Check that the folder exists and is writable",
                 path.display()
             ),
             Self::Download { url, source } => format!(

@@ -96,12 +96,8 @@ const LANGUAGES: &[Language] = &[
 ];
 
 fn language_of_runtime(runtime: &str) -> Option<&'static Language> {
-    let lang = if runtime.starts_with("node") {
-        "nodejs"
-    } else {
-        runtime.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
-    };
-    LANGUAGES.iter().find(|l| l.name == lang)
+    let id = kubeless_api::parse::RuntimeRef::parse(runtime).ok()?.id;
+    LANGUAGES.iter().find(|l| l.name == id)
 }
 
 fn language_of_file(file: &Path) -> Option<&'static Language> {
@@ -248,12 +244,12 @@ fn write_worker(root: &Path, lang: &Language) -> Result<PathBuf> {
     for (rel, text) in lang.files {
         let path = root.join(lang.name).join(rel);
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|source| Error::Read {
+            std::fs::create_dir_all(parent).map_err(|source| Error::Write {
                 path: parent.to_path_buf(),
                 source,
             })?;
         }
-        std::fs::write(&path, text).map_err(|source| Error::Read {
+        std::fs::write(&path, text).map_err(|source| Error::Write {
             path: path.clone(),
             source,
         })?;
@@ -277,7 +273,7 @@ pub async fn run(args: &RunArgs) -> Result<()> {
     let workers = tempfile::Builder::new()
         .prefix("kubeless-run-")
         .tempdir()
-        .map_err(|source| Error::Read {
+        .map_err(|source| Error::Write {
             path: std::env::temp_dir(),
             source,
         })?;
@@ -315,10 +311,10 @@ pub async fn run(args: &RunArgs) -> Result<()> {
             crate::error_chain(&other)
         )),
     })?;
-    let addr = server.local_addr().map_err(|source| Error::Read {
-        path: PathBuf::from("(listening socket)"),
-        source,
-    })?;
+    // The bound address (the port the system chose for --port 0), else the one asked for.
+    let addr = server
+        .local_addr()
+        .unwrap_or(std::net::SocketAddr::new(args.address, args.port));
     crate::output::println(&format!(
         "Serving {}.{} ({}) from {} on http://{addr}/ (Ctrl-C stops)",
         plan.module,

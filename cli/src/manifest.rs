@@ -202,7 +202,7 @@ pub fn init(runtime: &str, name: &str, dir: &Path) -> Result<()> {
                 file.display()
             )));
         }
-        std::fs::write(&file, text).map_err(|source| Error::Read { path: file, source })
+        std::fs::write(&file, text).map_err(|source| Error::Write { path: file, source })
     };
     let code_file = dir.join(format!("{name}{suffix}"));
     let manifest_file = dir.join(format!("{name}.yaml"));
