@@ -227,11 +227,15 @@ fn object_meta(m: Option<pb_meta::ObjectMeta>) -> meta::ObjectMeta {
 fn label_selector(s: pb_meta::LabelSelector) -> meta::LabelSelector {
     meta::LabelSelector {
         match_labels: opt_map(s.match_labels, |v| v),
-        match_expressions: opt_vec(s.match_expressions, |r| meta::LabelSelectorRequirement {
-            key: r.key.unwrap_or_default(),
-            operator: r.operator.unwrap_or_default(),
-            values: opt_vec(r.values, |v| v),
-        }),
+        match_expressions: opt_vec(s.match_expressions, label_requirement),
+    }
+}
+
+fn label_requirement(r: pb_meta::LabelSelectorRequirement) -> meta::LabelSelectorRequirement {
+    meta::LabelSelectorRequirement {
+        key: r.key.unwrap_or_default(),
+        operator: r.operator.unwrap_or_default(),
+        values: opt_vec(r.values, |v| v),
     }
 }
 
@@ -424,11 +428,7 @@ fn resource_attributes(a: pb_authz::ResourceAttributes) -> authz::ResourceAttrib
         }),
         label_selector: a.label_selector.map(|l| authz::LabelSelectorAttributes {
             raw_selector: opt_str(l.raw_selector),
-            requirements: opt_vec(l.requirements, |r| meta::LabelSelectorRequirement {
-                key: r.key.unwrap_or_default(),
-                operator: r.operator.unwrap_or_default(),
-                values: opt_vec(r.values, |v| v),
-            }),
+            requirements: opt_vec(l.requirements, label_requirement),
         }),
     }
 }
