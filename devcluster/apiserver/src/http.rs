@@ -93,10 +93,27 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
         }
         req.extensions_mut().insert(user);
     }
-    match route(&app, req).await {
+    let directive = Query::<Q>::try_from_uri(req.uri())
+        .ok()
+        .and_then(|q| q.0.get("fieldValidation").cloned());
+    let Some(validation) = crate::reqctx::FieldValidation::parse(directive.as_deref()) else {
+        return error_response(&ApiError::bad_request(format!(
+            "fieldValidation: Unsupported value: {:?}: supported values: \"Ignore\", \"Strict\", \"Warn\"",
+            directive.unwrap_or_default()
+        )));
+    };
+    let user = req.extensions().get::<crate::auth::User>().cloned();
+    let (result, warnings) = crate::reqctx::scope(user, validation, route(&app, req)).await;
+    let mut response = match result {
         Ok(r) => r,
         Err(e) => error_response(&e),
+    };
+    for text in warnings {
+        if let Some(v) = crate::reqctx::header_value(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
     }
+    response
 }
 
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {

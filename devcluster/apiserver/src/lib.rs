@@ -20,6 +20,7 @@ mod podsecurity;
 pub mod protobuf;
 mod proxy;
 pub mod registry;
+pub mod reqctx;
 mod scale;
 pub mod schema;
 pub mod selectors;

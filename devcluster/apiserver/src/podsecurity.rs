@@ -1,14 +1,15 @@
-//! PodSecurity admission, `enforce` mode: a Pod created in a namespace labelled
+//! PodSecurity admission: a Pod created in a namespace labelled
 //! `pod-security.kubernetes.io/enforce: baseline|restricted` is refused with 403 when it breaks
-//! that level, worded like the real admission plugin. Only Pods are refused (as on the real
-//! server: workload objects only get warnings there, which devcluster does not send).
+//! that level, worded like the real admission plugin. The `warn` label adds a `Warning` to the
+//! answer instead, for Pods and for the pod templates of workload objects (Deployments, Jobs,
+//! CronJobs, ...), which the real plugin checks in `warn` and `audit` modes only; a namespace
+//! whose enforce level is raised gets warnings naming the pods already breaking it. There is no
+//! audit log, so the `audit` label has nothing to write to.
 //!
 //! The checks are the Pod Security Standards' (latest version) for the fields pods use.
 
 use serde_json::Value;
 
-/// The namespace label that selects the enforced level.
-pub const ENFORCE_LABEL: &str = "pod-security.kubernetes.io/enforce";
 
 /// Capabilities baseline allows a container to add.
 const BASELINE_CAPS: &[&str] = &[
@@ -55,11 +56,111 @@ const SAFE_SYSCTLS: &[&str] = &[
 
 /// The enforced level of a namespace, when it is baseline or restricted.
 pub fn enforced_level(namespace: &Value) -> Option<&str> {
+    level(namespace, "enforce")
+}
+
+/// The level a namespace sets for `mode` (`enforce`, `warn`, `audit`), when it checks anything.
+fn level<'a>(namespace: &'a Value, mode: &str) -> Option<&'a str> {
     namespace
         .pointer("/metadata/labels")
-        .and_then(|l| l.get(ENFORCE_LABEL))
+        .and_then(|l| l.get(format!("pod-security.kubernetes.io/{mode}")))
         .and_then(Value::as_str)
         .filter(|l| matches!(*l, "baseline" | "restricted"))
+}
+
+/// `restricted:latest`, or the version the namespace pins for `mode` (`restricted:v1.30`),
+/// as messages name the policy. The checks themselves are always the latest ones.
+pub fn policy_name(namespace: &Value, mode: &str, level: &str) -> String {
+    let version = namespace
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(format!("pod-security.kubernetes.io/{mode}-version")))
+        .and_then(Value::as_str)
+        .filter(|v| *v == "latest" || v.strip_prefix('v').is_some_and(|r| r.contains('.')))
+        .unwrap_or("latest");
+    format!("{level}:{version}")
+}
+
+/// The pod template inside an object of a workload kind (its `spec`, `metadata`), or the
+/// object itself for a Pod.
+fn pod_like<'a>(group: &str, resource: &str, obj: &'a Value) -> Option<&'a Value> {
+    match (group, resource) {
+        ("", "pods") => Some(obj),
+        ("", "podtemplates") => obj.get("template"),
+        ("", "replicationcontrollers")
+        | ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
+        | ("batch", "jobs") => obj.pointer("/spec/template"),
+        ("batch", "cronjobs") => obj.pointer("/spec/jobTemplate/spec/template"),
+        _ => None,
+    }
+}
+
+/// The `Warning`s the real plugin adds when `obj` (a Pod or a workload object of
+/// `group`/`resource`) is written in `namespace`: for the `warn` level, and for workload
+/// objects also the `enforce` level (which refuses only Pods).
+pub fn write_warnings(namespace: &Value, group: &str, resource: &str, obj: &Value) -> Vec<String> {
+    let Some(pod) = pod_like(group, resource, obj) else {
+        return Vec::new();
+    };
+    let is_pod = resource == "pods" && group.is_empty();
+    let mut modes = vec!["warn"];
+    if !is_pod {
+        modes.push("enforce");
+    }
+    let mut out: Vec<String> = Vec::new();
+    for mode in modes {
+        let Some(lvl) = level(namespace, mode) else {
+            continue;
+        };
+        let found = violations(lvl, pod);
+        if found.is_empty() {
+            continue;
+        }
+        let text = format!(
+            "would violate PodSecurity {:?}: {}",
+            policy_name(namespace, mode, lvl),
+            found.join(", ")
+        );
+        if !out.contains(&text) {
+            out.push(text);
+        }
+    }
+    out
+}
+
+/// The `Warning`s for a namespace update that sets or raises its enforce level while pods
+/// in it break the new level: one line naming the policy, then one per pod.
+pub fn namespace_warnings<'a>(
+    old: &Value,
+    new: &Value,
+    pods: impl Iterator<Item = &'a Value>,
+) -> Vec<String> {
+    let Some(lvl) = enforced_level(new) else {
+        return Vec::new();
+    };
+    let policy = policy_name(new, "enforce", lvl);
+    if enforced_level(old).map(|l| policy_name(old, "enforce", l)) == Some(policy.clone()) {
+        return Vec::new();
+    }
+    let ns = new
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut lines: Vec<String> = pods
+        .filter_map(|pod| {
+            let found = violations(lvl, pod);
+            let name = pod.pointer("/metadata/name").and_then(Value::as_str)?;
+            (!found.is_empty()).then(|| format!("{name}: {}", found.join(", ")))
+        })
+        .collect();
+    if lines.is_empty() {
+        return lines;
+    }
+    lines.sort();
+    lines.insert(
+        0,
+        format!("existing pods in namespace {ns:?} violate the new PodSecurity enforce level {policy:?}"),
+    );
+    lines
 }
 
 fn containers(spec: &Value) -> impl Iterator<Item = &Value> {

@@ -95,14 +95,38 @@ impl ResourceDef {
     }
 }
 
+/// Decodes `v` as `T`; the fields `T` does not have are noted for the request
+/// ([`crate::reqctx::note_unknown`]), to be warned about or refused as the client asked.
 fn shape<T: DeserializeOwned>(v: &Value) -> Option<kubeless_api::validate::FieldError> {
-    T::deserialize(v)
-        .err()
+    serde_ignored::deserialize(v, |path| {
+        crate::reqctx::note_unknown(field_path(&path))
+    })
+    .map(|_: T| ())
+    .err()
         .map(|e| kubeless_api::validate::FieldError {
             field: "<nil>".into(),
             kind: kubeless_api::validate::ErrorType::TypeInvalid,
             detail: format!("Invalid value: \"object\": {e}"),
         })
+}
+
+/// A skipped field's path as the real server prints it: `spec.template.spec.containers[0].foo`.
+fn field_path(path: &serde_ignored::Path) -> String {
+    match path {
+        serde_ignored::Path::Root => String::new(),
+        serde_ignored::Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        serde_ignored::Path::Map { parent, key } => {
+            let head = field_path(parent);
+            if head.is_empty() {
+                key.clone()
+            } else {
+                format!("{head}.{key}")
+            }
+        }
+        serde_ignored::Path::Some { parent }
+        | serde_ignored::Path::NewtypeStruct { parent }
+        | serde_ignored::Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// The shape of `T`, then `values` on a well-formed object.

@@ -34,8 +34,12 @@ impl Schema {
     /// Validates `obj` (a whole custom resource) and removes fields the schema does not
     /// declare. `old` is the stored object on updates (CEL transition rules). Returns the field
     /// errors.
-    pub fn validate_and_prune(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
-        self.inner.validate(obj, old)
+    pub fn validate_and_prune(
+        &self,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> (Vec<FieldError>, Vec<String>) {
+        self.inner.validate_reporting_unknown(obj, old)
     }
 }
 
@@ -72,12 +76,12 @@ mod tests {
             "spec": {"runtime": "python", "replicas": null, "port": "http", "unknown": 1,
                      "env": [{"name": "A", "junk": true}], "labels": {"a": "b"}, "free": {"x": {"y": 1}}},
             "other": 5});
-        let errors: Vec<String> = schema()
-            .validate_and_prune(&mut obj, None)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let (errors, mut unknown) = schema().validate_and_prune(&mut obj, None);
         assert!(errors.is_empty(), "{errors:?}");
+        unknown.sort();
+        assert_eq!(unknown, ["other", "spec.env[0].junk", "spec.unknown"]);
+        // A nullable field keeps its null.
+        assert_eq!(obj["spec"].get("replicas"), Some(&Value::Null));
         assert!(obj.get("other").is_none());
         assert!(obj["spec"].get("unknown").is_none());
         assert!(obj["spec"]["env"][0].get("junk").is_none());
@@ -86,10 +90,23 @@ mod tests {
     }
 
     #[test]
+    fn prunes_nulls_where_the_schema_is_not_nullable() {
+        // As the real server does before defaulting: the null is dropped, not refused, and
+        // a required field dropped so is then missing.
+        let mut obj = json!({"spec": {"runtime": null, "labels": null, "env": null}});
+        let (errors, unknown) = schema().validate_and_prune(&mut obj, None);
+        assert_eq!(obj, json!({"spec": {}}));
+        assert!(unknown.is_empty());
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].to_string().starts_with("spec.runtime: Required value"));
+    }
+
+    #[test]
     fn reports_type_and_required_errors() {
         let mut obj = json!({"spec": {"replicas": "three", "labels": {"a": 1}}});
         let errors: Vec<String> = schema()
             .validate_and_prune(&mut obj, None)
+            .0
             .iter()
             .map(ToString::to_string)
             .collect();

@@ -64,6 +64,36 @@ pub struct State {
     history_floor: u64,
 }
 
+impl State {
+    /// One object.
+    pub fn get(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<Arc<Value>> {
+        self.objects
+            .get(gr)?
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// Every object of a resource, in one namespace or all (no selectors, no paging).
+    pub fn all(&self, gr: &GroupResource, ns: Option<&str>) -> Vec<Arc<Value>> {
+        let Some(objs) = self.objects.get(gr) else {
+            return Vec::new();
+        };
+        match ns {
+            None => objs.values().cloned().collect(),
+            Some(n) => {
+                use std::ops::Bound;
+                objs.range((
+                    Bound::Included((n.to_string(), String::new())),
+                    Bound::Unbounded,
+                ))
+                .take_while(|((ons, _), _)| ons == n)
+                .map(|(_, o)| o.clone())
+                .collect()
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sub {
     Main,
@@ -326,7 +356,8 @@ impl Store {
     }
 
     /// What a fresh real cluster has: the four namespaces, each with its `default`
-    /// ServiceAccount, and the `cluster-admin` ClusterRole.
+    /// ServiceAccount, and the default ClusterRoles (`cluster-admin`, `admin`, `edit`, `view`
+    /// and the roles they aggregate).
     pub fn ensure_default_namespaces(&self) {
         let Some(def) = self.def(&ns_gr()) else {
             return;
@@ -345,20 +376,14 @@ impl Store {
             self.ensure_default_service_account(&mut st, name);
         }
         let cr = GroupResource::new("rbac.authorization.k8s.io", "clusterroles");
-        if self.get(&cr, "", "cluster-admin").is_none()
-            && let Some(def) = self.def(&cr)
-        {
-            let _ = self.create(
-                &def,
-                "v1",
-                "",
-                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": "cluster-admin", "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"}},
-                    "rules": [
-                        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
-                        {"nonResourceURLs": ["*"], "verbs": ["*"]}
-                    ]}),
-            );
+        let Some(def) = self.def(&cr) else { return };
+        for role in crate::auth::bootstrap::cluster_roles() {
+            let name = meta(&role, "name").unwrap_or_default();
+            if self.get(&cr, "", &name).is_none()
+                && let Err(e) = self.create(&def, "v1", "", role)
+            {
+                tracing::warn!("devcluster: ClusterRole {name}: {}", e.message);
+            }
         }
     }
 
@@ -448,32 +473,17 @@ impl Store {
     }
 
     pub fn get(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<Arc<Value>> {
-        let st = self.lock();
-        st.objects
-            .get(gr)?
-            .get(&(ns.to_string(), name.to_string()))
-            .cloned()
+        self.lock().get(gr, ns, name)
     }
 
     /// Every object of a resource, in one namespace or all (no selectors, no paging).
     pub fn all(&self, gr: &GroupResource, ns: Option<&str>) -> Vec<Arc<Value>> {
-        let st = self.lock();
-        let Some(objs) = st.objects.get(gr) else {
-            return Vec::new();
-        };
-        match ns {
-            None => objs.values().cloned().collect(),
-            Some(n) => {
-                use std::ops::Bound;
-                objs.range((
-                    Bound::Included((n.to_string(), String::new())),
-                    Bound::Unbounded,
-                ))
-                .take_while(|((ons, _), _)| ons == n)
-                .map(|(_, o)| o.clone())
-                .collect()
-            }
-        }
+        self.lock().all(gr, ns)
+    }
+
+    /// Runs `f` on the current state, under the store's lock (keep it short).
+    pub fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&self.lock())
     }
 
     /// Lists objects (one namespace or all) matching the selectors, one page at a time.
@@ -582,7 +592,9 @@ impl Store {
         }
         match &def.validator {
             Validator::Builtin(f) => {
+                crate::reqctx::take_unknown();
                 let errors = f(obj);
+                crate::reqctx::unknown_fields(&def.kind, version, &crate::reqctx::take_unknown())?;
                 if errors.is_empty() {
                     Ok(())
                 } else {
@@ -597,7 +609,8 @@ impl Store {
             Validator::Crd(schemas) => {
                 let schema = schemas.get(version).cloned().flatten();
                 if let Some(s) = schema {
-                    let errors = s.validate_and_prune(obj, old);
+                    let (errors, unknown) = s.validate_and_prune(obj, old);
+                    crate::reqctx::unknown_fields(&def.kind, version, &unknown)?;
                     if !errors.is_empty() {
                         return Err(ApiError::invalid_fields(
                             &def.kind,
@@ -767,6 +780,10 @@ impl Store {
         }
         self.defaults_on_create(def, &mut obj)?;
         self.validate(def, version, &mut obj, None)?;
+        if let Some(user) = crate::reqctx::user() {
+            crate::auth::escalation::check(st, &user, &def.gr, ns, &obj, None)?;
+        }
+        Self::pod_security_warnings(st, def, ns, &obj, None);
         let created = (*self.commit(st, &def.gr, key, obj, EventType::Added)).clone();
         if def.gr == ns_gr() {
             self.ensure_default_service_account(st, &name);
@@ -828,11 +845,10 @@ impl Store {
     /// PodSecurity admission in enforce mode: a Pod that breaks its namespace's enforced level
     /// is refused with 403, as the real admission plugin does.
     fn admit_pod_security(st: &State, ns: &str, name: &str, pod: &Value) -> Result<(), ApiError> {
-        let namespace = st
-            .objects
-            .get(&ns_gr())
-            .and_then(|m| m.get(&(String::new(), ns.to_string())));
-        let Some(level) = namespace.and_then(|n| crate::podsecurity::enforced_level(n)) else {
+        let Some(namespace) = Self::namespace_of(st, ns) else {
+            return Ok(());
+        };
+        let Some(level) = crate::podsecurity::enforced_level(namespace) else {
             return Ok(());
         };
         let violations = crate::podsecurity::violations(level, pod);
@@ -840,9 +856,51 @@ impl Store {
             return Ok(());
         }
         Err(ApiError::forbidden(format!(
-            "pods {name:?} is forbidden: violates PodSecurity \"{level}:latest\": {}",
+            "pods {name:?} is forbidden: violates PodSecurity {:?}: {}",
+            crate::podsecurity::policy_name(namespace, "enforce", level),
             violations.join(", ")
         )))
+    }
+
+    fn namespace_of<'a>(st: &'a State, ns: &str) -> Option<&'a Value> {
+        st.objects
+            .get(&ns_gr())
+            .and_then(|m| m.get(&(String::new(), ns.to_string())))
+            .map(|v| &**v)
+    }
+
+    /// PodSecurity's `warn` mode (and its checks of workload objects' pod templates), and the
+    /// warnings for a namespace whose enforce level is raised over the pods it holds: added to
+    /// the request's answer as `Warning` headers.
+    fn pod_security_warnings(
+        st: &State,
+        def: &ResourceDef,
+        ns: &str,
+        obj: &Value,
+        old: Option<&Value>,
+    ) {
+        let warnings = if def.gr == ns_gr() {
+            let Some(old) = old else { return };
+            let name = meta(obj, "name").unwrap_or_default();
+            let pods = st
+                .objects
+                .get(&GroupResource::new("", "pods"))
+                .into_iter()
+                .flat_map(|m| m.iter())
+                .filter(|((pod_ns, _), _)| *pod_ns == name)
+                .map(|(_, pod)| &**pod);
+            crate::podsecurity::namespace_warnings(old, obj, pods)
+        } else {
+            // A Pod update changes nothing PodSecurity checks (the pod spec is immutable).
+            if old.is_some() && def.gr.resource == "pods" {
+                return;
+            }
+            let Some(namespace) = Self::namespace_of(st, ns) else {
+                return;
+            };
+            crate::podsecurity::write_warnings(namespace, &def.gr.group, &def.gr.resource, obj)
+        };
+        warnings.into_iter().for_each(crate::reqctx::warn);
     }
 
     /// What the real server's create strategies set: fresh status, namespace finalizer,
@@ -1014,6 +1072,12 @@ impl Store {
             }
         }
         self.validate(def, version, &mut obj, Some(cur))?;
+        if sub == Sub::Main {
+            if let Some(user) = crate::reqctx::user() {
+                crate::auth::escalation::check(st, &user, &def.gr, &key.0, &obj, Some(cur))?;
+            }
+            Self::pod_security_warnings(st, def, &key.0, &obj, Some(cur));
+        }
         if *def.gr.resource == *"customresourcedefinitions"
             && def.gr.group == "apiextensions.k8s.io"
         {

@@ -106,7 +106,7 @@ async fn main() {
     let cluster = DevCluster::start(options).await.expect("devcluster");
     let client = cluster.client().await.unwrap();
     Api::<CustomResourceDefinition>::all(client.clone())
-        .create(&PostParams::default(), &Function::crd())
+        .create(&PostParams::default(), &kubeless_api::crd::<Function>())
         .await
         .unwrap();
     for ns in ["bench", "baseline"] {

@@ -27,7 +27,7 @@ const RECORDS: usize = 20;
 /// The KafkaTrigger CRD with `spec.retry` open, as an older CRD version without the
 /// constraints would have it.
 fn loose_crd() -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(KafkaTrigger::crd()).unwrap();
+    let mut v = serde_json::to_value(kubeless_api::crd::<KafkaTrigger>()).unwrap();
     for version in v["spec"]["versions"].as_array_mut().unwrap() {
         let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec["properties"].get("retry").is_some());

@@ -21,7 +21,7 @@ use serde_json::json;
 use support::*;
 
 fn loose_crd() -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(KinesisTrigger::crd()).unwrap();
+    let mut v = serde_json::to_value(kubeless_api::crd::<KinesisTrigger>()).unwrap();
     for version in v["spec"]["versions"].as_array_mut().unwrap() {
         let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(spec["properties"].get("retry").is_some());

@@ -24,7 +24,7 @@ use support::*;
 /// The CRD of `K` with the schema of `spec.<field>` reduced to a bare integer, as an older CRD
 /// version without the constraint would have it.
 fn crd_without_constraint<K: CustomResourceExt>(field: &str) -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(K::crd()).unwrap();
+    let mut v = serde_json::to_value(kubeless_api::crd::<K>()).unwrap();
     for version in v["spec"]["versions"].as_array_mut().unwrap() {
         let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
         assert!(

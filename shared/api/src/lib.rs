@@ -44,15 +44,40 @@ pub const VERSION: &str = "v1beta1";
 /// `apiVersion` of every kind.
 pub const API_VERSION: &str = "kubeless.io/v1beta1";
 
+/// The CRD of `K` as we publish it: kube-derive's, without `nullable` on typed fields (see
+/// [`schema::strip_nullable`]: a real server's OpenAPI v2 document drops the type of a
+/// nullable field, and a null sent for a field that is not nullable is pruned, not refused).
+/// Use this, not `K::crd()`, wherever a CRD is installed or validated against.
+pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
+    let mut crd = K::crd();
+    for version in &mut crd.spec.versions {
+        let Some(props) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        let Ok(mut value) = serde_json::to_value(&*props) else {
+            continue;
+        };
+        schema::strip_nullable(&mut value);
+        if let Ok(stripped) = serde_json::from_value(value) {
+            *props = stripped;
+        }
+    }
+    crd
+}
+
 /// The CRDs of all six kinds, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
-        Function::crd(),
-        HttpTrigger::crd(),
-        CronJobTrigger::crd(),
-        KafkaTrigger::crd(),
-        NatsTrigger::crd(),
-        KinesisTrigger::crd(),
+        crd::<Function>(),
+        crd::<HttpTrigger>(),
+        crd::<CronJobTrigger>(),
+        crd::<KafkaTrigger>(),
+        crd::<NatsTrigger>(),
+        crd::<KinesisTrigger>(),
     ]
 }
 

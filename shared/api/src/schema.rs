@@ -85,6 +85,16 @@ pub fn strip_nested_descriptions(schema: &mut Value) {
     }
 }
 
+/// Removes `nullable` at and below `schema` from typed and int-or-string nodes; a node without
+/// a type (a preserve-unknown-fields value, which may be anything, null included) keeps it.
+pub fn strip_nullable(schema: &mut Value) {
+    visit_schemas(schema, &mut |node| {
+        if node.contains_key("type") || node.contains_key("x-kubernetes-int-or-string") {
+            node.remove("nullable");
+        }
+    });
+}
+
 /// Schema of an embedded Kubernetes object: `T`'s schema with `required` relaxed throughout
 /// and nested descriptions removed.
 /// The API server's value constraints are added for the kind of template (see
@@ -98,11 +108,11 @@ pub fn relaxed_schema_for<T: JsonSchema>(
     relax_required(&mut value);
     harden(&mut value, embedded);
     strip_nested_descriptions(&mut value);
-    // Kubeless `--dryrun -o yaml` output carries nulls (`containers: null`,
-    // `creationTimestamp: null`); nullable keeps the API server from pruning them.
-    visit_schemas(&mut value, &mut |node| {
-        node.insert("nullable".into(), Value::Bool(true));
-    });
+    // No `nullable`: the real server publishes a nullable field in its OpenAPI v2 document
+    // without a type (`kubectl explain` then shows `<>`). Kubeless `--dryrun -o yaml` output
+    // still applies: its nulls (`containers: null`, `creationTimestamp: null`) are pruned by
+    // the server, as for every field that is not nullable.
+    strip_nullable(&mut value);
     if let Value::Object(map) = &mut value {
         map.insert("description".into(), Value::String(description.into()));
     }

@@ -127,14 +127,28 @@ impl CrdSchema {
     /// every error found; CEL rules are skipped only when a value has the wrong type, as on
     /// the real server.
     pub fn validate(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
-        let mut errors = structural(&self.schema, obj);
+        self.validate_reporting_unknown(obj, old).0
+    }
+
+    /// [`CrdSchema::validate`], also returning the paths of the unknown fields it pruned
+    /// (`spec.handeler`, `spec.deployment.spec.template.spec.containers[0].foo`), which the
+    /// API server reports as warnings or, with `fieldValidation=Strict`, refuses.
+    pub fn validate_reporting_unknown(
+        &self,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> (Vec<FieldError>, Vec<String>) {
+        let Walk {
+            mut errors,
+            unknown,
+        } = structural(&self.schema, obj);
         if !blocks_cel(&errors) {
             static VALIDATOR: OnceLock<kube_cel::Validator> = OnceLock::new();
             let validator = VALIDATOR.get_or_init(kube_cel::Validator::new);
             let result = validator.validate_compiled(&self.compiled, obj, old);
             errors.extend(cel_errors(&self.schema, result));
         }
-        errors
+        (errors, unknown)
     }
 }
 
@@ -153,19 +167,26 @@ fn collect_rule_errors(node: &kube_cel::CompiledSchema, out: &mut Vec<String>) {
 /// Validates `obj` against a CRD version's `openAPIV3Schema` (compiling its CEL rules on each
 /// call; use [`CrdSchema`] for many objects). See [`CrdSchema::validate`].
 pub fn validate_object(schema: &Value, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
-    let mut errors = structural(schema, obj);
+    let mut errors = structural(schema, obj).errors;
     if !blocks_cel(&errors) {
         errors.extend(cel(schema, obj, old));
     }
     errors
 }
 
+/// What one structural pass found: the field errors, and the unknown fields it pruned.
+#[derive(Default)]
+struct Walk {
+    errors: Vec<FieldError>,
+    unknown: Vec<String>,
+}
+
 /// The structural checks, value constraints and pruning (no CEL).
-fn structural(schema: &Value, obj: &mut Value) -> Vec<FieldError> {
-    let mut errors = Vec::new();
+fn structural(schema: &Value, obj: &mut Value) -> Walk {
+    let mut w = Walk::default();
     let Some(map) = obj.as_object_mut() else {
-        errors.push(invalid("<nil>", "must be an object".into()));
-        return errors;
+        w.errors.push(invalid("<nil>", "must be an object".into()));
+        return w;
     };
     let props = schema.get("properties").and_then(Value::as_object);
     let preserve = flag(schema, "x-kubernetes-preserve-unknown-fields");
@@ -175,19 +196,28 @@ fn structural(schema: &Value, obj: &mut Value) -> Vec<FieldError> {
             continue;
         }
         match props.and_then(|p| p.get(&key)) {
-            Some(sub) => {
-                if let Some(v) = map.get_mut(&key) {
-                    check(sub, v, &key, &mut errors);
-                }
-            }
+            Some(sub) => check_field(sub, map, &key, &key, &mut w),
             None if preserve => {}
             None => {
                 map.remove(&key);
+                w.unknown.push(key);
             }
         }
     }
-    required(schema, map, "", &mut errors);
-    errors
+    required(schema, map, "", &mut w.errors);
+    w
+}
+
+/// Checks the field `key` of `map` against `schema`. A `null` where the schema is not
+/// `nullable` is pruned, as the real server prunes it before defaulting and validation.
+fn check_field(schema: &Value, map: &mut Map<String, Value>, key: &str, path: &str, w: &mut Walk) {
+    if map.get(key).is_some_and(Value::is_null) && !flag(schema, "nullable") {
+        map.remove(key);
+        return;
+    }
+    if let Some(child) = map.get_mut(key) {
+        check(schema, child, path, w);
+    }
 }
 
 /// Evaluates the CEL `x-kubernetes-validations` rules of `schema` on `obj` (and `old` for
@@ -247,7 +277,7 @@ pub fn resource<K: CustomResourceExt + Serialize>(obj: &K, name: &str) -> Result
         sync::{Arc, Mutex},
     };
     static SCHEMAS: OnceLock<Mutex<HashMap<String, Arc<Mutex<CrdSchema>>>>> = OnceLock::new();
-    let crd = K::crd();
+    let crd = crate::crd::<K>();
     let kind = format!("{}.{}", crd.spec.names.kind, crd.spec.group);
     let mut value = serde_json::to_value(obj).map_err(|e| Invalid {
         kind: kind.clone(),
@@ -403,7 +433,8 @@ fn compiled(pattern: &str) -> Option<Regex> {
         .clone()
 }
 
-fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>) {
+fn check(schema: &Value, v: &mut Value, path: &str, w: &mut Walk) {
+    let errors = &mut w.errors;
     if v.is_null() {
         if flag(schema, "nullable") {
             return;
@@ -469,10 +500,10 @@ fn check(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>
         return;
     }
     constraints(schema, v, path, errors);
-    descend(schema, v, path, errors);
+    descend(schema, v, path, w);
 }
 
-fn descend(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldError>) {
+fn descend(schema: &Value, v: &mut Value, path: &str, w: &mut Walk) {
     match v {
         Value::Object(map) => {
             let props = schema.get("properties").and_then(Value::as_object);
@@ -483,23 +514,22 @@ fn descend(schema: &Value, v: &mut Value, path: &str, errors: &mut Vec<FieldErro
                 let sub_path = join_path(path, &key);
                 match (props.and_then(|p| p.get(&key)), additional) {
                     (Some(s), _) | (None, Some(s @ Value::Object(_))) => {
-                        if let Some(child) = map.get_mut(&key) {
-                            check(s, child, &sub_path, errors);
-                        }
+                        check_field(s, map, &key, &sub_path, w);
                     }
                     (None, Some(Value::Bool(true))) => {}
                     _ if preserve => {}
                     _ => {
                         map.remove(&key);
+                        w.unknown.push(sub_path);
                     }
                 }
             }
-            required(schema, map, path, errors);
+            required(schema, map, path, &mut w.errors);
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
-                    check(item_schema, item, &format!("{path}[{i}]"), errors);
+                    check(item_schema, item, &format!("{path}[{i}]"), w);
                 }
             }
         }

@@ -225,6 +225,32 @@ fn every_crd_schema_is_structural() {
     }
 }
 
+/// A real server publishes a `nullable` field in /openapi/v2 without its type, so `kubectl
+/// explain` would show `<>`: only untyped (preserve-unknown-fields) values may be nullable.
+#[test]
+fn typed_fields_are_not_nullable() {
+    fn walk(node: &Value, path: &str, out: &mut Vec<String>) {
+        match node {
+            Value::Object(map) => {
+                let typed = map.contains_key("type") || map.contains_key("x-kubernetes-int-or-string");
+                if typed && map.get("nullable") == Some(&Value::Bool(true)) {
+                    out.push(path.to_string());
+                }
+                for (k, v) in map {
+                    walk(v, &format!("{path}/{k}"), out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, path, out)),
+            _ => {}
+        }
+    }
+    for crd in kubeless_api::all() {
+        let mut nullable = Vec::new();
+        walk(&serde_json::to_value(&crd).unwrap(), "", &mut nullable);
+        assert!(nullable.is_empty(), "{:?}: {nullable:?}", crd.metadata.name);
+    }
+}
+
 #[test]
 fn the_checker_rejects_non_structural_schemas() {
     let bad = serde_json::json!({

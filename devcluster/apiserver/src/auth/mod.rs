@@ -8,8 +8,11 @@
 //!   from its method, path and query as the real RequestInfo does.
 //! - [`rbac`]: whether the stored Roles, ClusterRoles and bindings allow it; a refused request
 //!   gets the real server's 403 Status.
+//! - [`escalation`]: a non-superuser writes only Roles and bindings granting what it holds.
 //! - [`review`]: impersonation headers and SelfSubjectAccessReview / SubjectAccessReview.
 
+pub mod bootstrap;
+pub mod escalation;
 pub mod rbac;
 pub mod request;
 pub mod review;

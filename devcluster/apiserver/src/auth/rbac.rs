@@ -12,7 +12,7 @@ use super::{Attributes, User};
 use crate::errors::ApiError;
 use crate::registry::GroupResource;
 use crate::selectors::LabelSelector;
-use crate::store::Store;
+use crate::store::{State, Store};
 
 /// What `system:public-info-viewer` lets everyone GET, anonymous users included.
 fn public_info_path(path: &str) -> bool {
@@ -56,9 +56,9 @@ struct RoleRules {
 
 /// The rules every binding that names one user grants in one namespace ("" for cluster-scoped
 /// requests), with the errors of bindings whose role is missing.
-struct Grants {
-    rules: Vec<PolicyRule>,
-    errors: Vec<String>,
+pub(super) struct Grants {
+    pub(super) rules: Vec<PolicyRule>,
+    pub(super) errors: Vec<String>,
 }
 
 /// The authorizer: RBAC plus the superuser group and discovery. It keeps the rules it worked
@@ -128,7 +128,7 @@ impl Authorizer {
                 return g.clone();
             }
         }
-        let grants = Arc::new(compute_grants(store, user, ns));
+        let grants = Arc::new(store.read(|st| compute_grants(st, user, ns)));
         let mut cache = self
             .cache
             .lock()
@@ -144,7 +144,7 @@ impl Authorizer {
 
 /// Collects the rules of every binding that names the user: ClusterRoleBindings, and the
 /// RoleBindings of `ns` when it is set.
-fn compute_grants(store: &Store, user: &User, ns: &str) -> Grants {
+pub(super) fn compute_grants(store: &State, user: &User, ns: &str) -> Grants {
     let rbac = "rbac.authorization.k8s.io";
     let crb = GroupResource::new(rbac, "clusterrolebindings");
     let rb = GroupResource::new(rbac, "rolebindings");
@@ -203,7 +203,11 @@ fn applies_to(s: &Subject, user: &User, binding_ns: &str) -> bool {
 
 /// The rules a binding grants: a Role in the binding's namespace, or a ClusterRole with the
 /// rules of the ClusterRoles its aggregationRule selects.
-fn role_rules(store: &Store, r: &RoleRef, ns: &str) -> Result<Vec<PolicyRule>, String> {
+pub(super) fn role_rules(
+    store: &State,
+    r: &RoleRef,
+    ns: &str,
+) -> Result<Vec<PolicyRule>, String> {
     let rbac = "rbac.authorization.k8s.io";
     match r.kind.as_str() {
         "Role" if !ns.is_empty() => {
@@ -226,7 +230,7 @@ fn role_rules(store: &Store, r: &RoleRef, ns: &str) -> Result<Vec<PolicyRule>, S
     }
 }
 
-fn rules_of(role: &Value) -> Vec<PolicyRule> {
+pub(super) fn rules_of(role: &Value) -> Vec<PolicyRule> {
     RoleRules::deserialize(role)
         .ok()
         .and_then(|r| r.rules)
@@ -236,7 +240,7 @@ fn rules_of(role: &Value) -> Vec<PolicyRule> {
 /// Collects a ClusterRole's rules, or for an aggregated one the rules of every ClusterRole its
 /// selectors match (what the real clusterrole-aggregation controller writes into `rules`).
 fn aggregate(
-    store: &Store,
+    store: &State,
     gr: &GroupResource,
     role: &Value,
     out: &mut Vec<PolicyRule>,
@@ -268,7 +272,7 @@ fn aggregate(
     }
 }
 
-fn rule_allows(r: &PolicyRule, a: &Attributes) -> bool {
+pub(super) fn rule_allows(r: &PolicyRule, a: &Attributes) -> bool {
     let verb = r.verbs.iter().any(|v| v == "*" || *v == a.verb);
     if !verb {
         return false;

@@ -146,7 +146,7 @@ impl Env {
         let cluster = DevCluster::start(options).await.expect("devcluster starts");
         let client = cluster.client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.create(&PostParams::default(), &Function::crd())
+        crds.create(&PostParams::default(), &kubeless_api::crd::<Function>())
             .await
             .expect("creating the Function CRD");
         let fns: Api<Function> = Api::namespaced(client.clone(), NS);
