@@ -213,4 +213,64 @@ expect_eq "auth can-i denied" "$out" "no"
 if out="$(k create secret generic s1 --from-literal=x=y 2>&1)"; then fail "duplicate secret accepted: $out"; fi
 expect_contains "create of an existing secret is AlreadyExists" "$out" "already exists"
 
+# Unknown fields: kubectl asks for fieldValidation=Strict and gets the real server's 400;
+# --validate=warn gets a Warning and the field dropped, --validate=false (Ignore) drops it quietly.
+cat >"$WORK/typo.yaml" <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: typo
+  lables: {a: b}
+data:
+  a: "1"
+YAML
+if out="$(k apply -f "$WORK/typo.yaml" 2>&1)"; then fail "unknown field accepted under Strict: $out"; fi
+expect_contains "strict decoding error for an unknown field" "$out" 'ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "metadata.lables"'
+out="$(k apply --validate=warn -f "$WORK/typo.yaml" 2>&1)"
+expect_contains "unknown field warned about under Warn" "$out" 'Warning: unknown field "metadata.lables"'
+expect_contains "and the object is created without it" "$out" "configmap/typo created"
+expect_eq "the unknown field is not stored" "$(k get configmap typo -o json | python3 -c 'import json,sys; print("lables" in json.load(sys.stdin)["metadata"])')" "False"
+k delete configmap typo >/dev/null
+out="$(k apply --validate=false -f "$WORK/typo.yaml" 2>&1)"
+expect_eq "Ignore drops it without a word" "$out" "configmap/typo created"
+
+# PodSecurity warn mode and workload warnings; raising enforce warns about existing pods.
+k create namespace psa >/dev/null
+k label namespace psa pod-security.kubernetes.io/warn=restricted >/dev/null
+out="$(k -n psa run loose --image=busybox 2>&1)"
+expect_contains "warn mode admits the pod" "$out" "pod/loose created"
+expect_contains "warn mode warns" "$out" 'Warning: would violate PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "loose" must set securityContext.allowPrivilegeEscalation=false)'
+out="$(k label namespace psa pod-security.kubernetes.io/enforce=baseline pod-security.kubernetes.io/enforce-version=v1.30 2>&1)"
+if grep -q "violate" <<<"$out"; then fail "baseline enforce warned about a baseline pod: $out"; fi
+ok "raising enforce to a level the pods meet warns nothing"
+out="$(k label --overwrite namespace psa pod-security.kubernetes.io/enforce=restricted 2>&1)"
+expect_contains "raising enforce warns about existing pods" "$out" 'Warning: existing pods in namespace "psa" violate the new PodSecurity enforce level "restricted:v1.30"'
+expect_contains "naming each pod" "$out" 'Warning: loose: allowPrivilegeEscalation != false'
+cat >"$WORK/loose-deploy.yaml" <<'YAML'
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: loose}
+spec:
+  selector: {matchLabels: {app: loose}}
+  template:
+    metadata: {labels: {app: loose}}
+    spec:
+      containers: [{name: c, image: busybox}]
+YAML
+out="$(k -n psa apply -f "$WORK/loose-deploy.yaml" 2>&1)"
+expect_contains "a Deployment breaking enforce is admitted" "$out" "deployment.apps/loose created"
+expect_contains "with the warning the real server gives" "$out" 'Warning: would violate PodSecurity "restricted:v1.30": allowPrivilegeEscalation != false (container "c"'
+if out="$(k -n psa run looser --image=busybox 2>&1)"; then fail "enforce admitted a restricted-breaking pod: $out"; fi
+expect_contains "enforce refuses the pod itself" "$out" 'violates PodSecurity "restricted:v1.30"'
+
+# Default user-facing ClusterRoles, and escalation checks for a non-admin writer.
+expect_eq "admin, edit and view exist" "$(k get clusterrole admin edit view -o name | tr '\n' ' ')" "clusterrole.rbac.authorization.k8s.io/admin clusterrole.rbac.authorization.k8s.io/edit clusterrole.rbac.authorization.k8s.io/view "
+k create serviceaccount lead >/dev/null
+k create rolebinding lead-admin --clusterrole=admin --serviceaccount=default:lead >/dev/null
+LEAD="$(k create token lead --duration=1h)"
+expect_eq "admin may read secrets" "$(k --token="$LEAD" auth can-i get secrets)" "yes"
+expect_contains "admin may grant edit in its namespace" "$(k --token="$LEAD" create rolebinding dev-edit --clusterrole=edit --serviceaccount=default:reader)" "rolebinding.rbac.authorization.k8s.io/dev-edit created"
+if out="$(k --token="$LEAD" create rolebinding grab --clusterrole=cluster-admin --serviceaccount=default:lead 2>&1)"; then fail "admin granted cluster-admin: $out"; fi
+expect_contains "granting cluster-admin is an escalation" "$out" 'is attempting to grant RBAC permissions not currently held'
+
 echo "kubectl script: $PASSED passed, 0 failed"

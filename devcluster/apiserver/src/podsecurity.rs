@@ -10,7 +10,6 @@
 
 use serde_json::Value;
 
-
 /// Capabilities baseline allows a container to add.
 const BASELINE_CAPS: &[&str] = &[
     "AUDIT_WRITE",
@@ -158,7 +157,9 @@ pub fn namespace_warnings<'a>(
     lines.sort();
     lines.insert(
         0,
-        format!("existing pods in namespace {ns:?} violate the new PodSecurity enforce level {policy:?}"),
+        format!(
+            "existing pods in namespace {ns:?} violate the new PodSecurity enforce level {policy:?}"
+        ),
     );
     lines
 }

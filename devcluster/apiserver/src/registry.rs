@@ -98,11 +98,9 @@ impl ResourceDef {
 /// Decodes `v` as `T`; the fields `T` does not have are noted for the request
 /// ([`crate::reqctx::note_unknown`]), to be warned about or refused as the client asked.
 fn shape<T: DeserializeOwned>(v: &Value) -> Option<kubeless_api::validate::FieldError> {
-    serde_ignored::deserialize(v, |path| {
-        crate::reqctx::note_unknown(field_path(&path))
-    })
-    .map(|_: T| ())
-    .err()
+    serde_ignored::deserialize(v, |path| crate::reqctx::note_unknown(field_path(&path)))
+        .map(|_: T| ())
+        .err()
         .map(|e| kubeless_api::validate::FieldError {
             field: "<nil>".into(),
             kind: kubeless_api::validate::ErrorType::TypeInvalid,

@@ -193,7 +193,10 @@ mod tests {
     #[test]
     fn header_values_quote_and_escape() {
         let v = header_value("unknown field \"spec.a\\b\"").unwrap();
-        assert_eq!(v.to_str().unwrap(), r#"299 - "unknown field \"spec.a\\b\"""#);
+        assert_eq!(
+            v.to_str().unwrap(),
+            r#"299 - "unknown field \"spec.a\\b\"""#
+        );
         assert_eq!(
             FieldValidation::parse(Some("Strict")),
             Some(FieldValidation::Strict)

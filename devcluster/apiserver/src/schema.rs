@@ -98,7 +98,11 @@ mod tests {
         assert_eq!(obj, json!({"spec": {}}));
         assert!(unknown.is_empty());
         assert_eq!(errors.len(), 1, "{errors:?}");
-        assert!(errors[0].to_string().starts_with("spec.runtime: Required value"));
+        assert!(
+            errors[0]
+                .to_string()
+                .starts_with("spec.runtime: Required value")
+        );
     }
 
     #[test]

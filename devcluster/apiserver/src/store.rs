@@ -194,10 +194,59 @@ fn name_error(def: &ResourceDef, name: &str) -> Option<String> {
             "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
         )),
         "services" | "namespaces" if core => None,
+        // RBAC objects need only be a path segment (`system:aggregate-to-view`).
+        "roles" | "clusterroles" | "rolebindings" | "clusterrolebindings"
+            if def.gr.group == "rbac.authorization.k8s.io" =>
+        {
+            if name == "." || name == ".." {
+                Some(format!(
+                    "metadata.name: Invalid value: \"{name}\": may not be '{name}'"
+                ))
+            } else {
+                ["/", "%"].into_iter().find(|c| name.contains(c)).map(|c| {
+                    format!("metadata.name: Invalid value: \"{name}\": may not contain '{c}'")
+                })
+            }
+        }
         _ if !is_dns_subdomain(name) => Some(format!(
             "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
         )),
         _ => None,
+    }
+}
+
+/// Removes the field at `path` (`spec.containers[0].foo`, as unknown fields are named).
+fn remove_field(obj: &mut Value, path: &str) {
+    let mut steps: Vec<(&str, Vec<usize>)> = Vec::new();
+    for part in path.split('.') {
+        let (name, rest) = part.split_once('[').unwrap_or((part, ""));
+        let indexes = rest
+            .split('[')
+            .filter_map(|i| i.trim_end_matches(']').parse().ok())
+            .collect();
+        steps.push((name, indexes));
+    }
+    let Some(((last, last_idx), parents)) = steps.split_last() else {
+        return;
+    };
+    if !last_idx.is_empty() {
+        return;
+    }
+    let mut node = obj;
+    for (name, indexes) in parents {
+        let Some(next) = node.get_mut(*name) else {
+            return;
+        };
+        node = next;
+        for i in indexes {
+            let Some(next) = node.get_mut(*i) else {
+                return;
+            };
+            node = next;
+        }
+    }
+    if let Some(map) = node.as_object_mut() {
+        map.remove(*last);
     }
 }
 
@@ -594,7 +643,10 @@ impl Store {
             Validator::Builtin(f) => {
                 crate::reqctx::take_unknown();
                 let errors = f(obj);
-                crate::reqctx::unknown_fields(&def.kind, version, &crate::reqctx::take_unknown())?;
+                let unknown = crate::reqctx::take_unknown();
+                crate::reqctx::unknown_fields(&def.kind, version, &unknown)?;
+                // The real server decodes into its types, so what they lack is not stored.
+                unknown.iter().for_each(|p| remove_field(obj, p));
                 if errors.is_empty() {
                     Ok(())
                 } else {

@@ -1107,3 +1107,250 @@ async fn requests_without_a_token_are_anonymous() {
     cms.list(&ListParams::default()).await.unwrap();
     server.shutdown().await;
 }
+
+/// Creates `v` as `K` with `client`, returning the API error.
+async fn create_err<K>(client: &Client, ns: Option<&str>, mut v: Value) -> kube::Error
+where
+    K: Resource<DynamicType = ()>,
+{
+    let ar = ApiResource::erase::<K>(&());
+    let api: Api<DynamicObject> = match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    v["apiVersion"] = json!(ar.api_version);
+    v["kind"] = json!(ar.kind);
+    let obj: DynamicObject = serde_json::from_value(v).unwrap();
+    api.create(&PostParams::default(), &obj)
+        .await
+        .expect_err("the write must be refused")
+}
+
+#[tokio::test]
+async fn roles_and_bindings_grant_only_what_their_writer_holds() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let admin = admin(&server).await;
+    let app = sa_client(&server, &admin, "esc").await;
+    // The ServiceAccount may manage Roles and RoleBindings, and read ConfigMaps.
+    role(
+        &admin,
+        "esc",
+        "rbac-writer",
+        json!([
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create", "update", "get"]},
+            {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}
+        ]),
+    )
+    .await;
+    role_binding(
+        &admin,
+        "esc",
+        "rbac-writer",
+        "Role",
+        "rbac-writer",
+        json!([sa_subject("esc", "app")]),
+    )
+    .await;
+
+    // A Role within what it holds is fine; one granting Secrets is an escalation.
+    role(
+        &app,
+        "esc",
+        "cm-reader",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+    )
+    .await;
+    let msg = forbidden(
+        create_err::<Role>(
+            &app,
+            Some("esc"),
+            json!({"metadata": {"name": "secret-reader"},
+                   "rules": [{"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "delete"]}]}),
+        )
+        .await,
+    );
+    assert_eq!(
+        msg,
+        "roles.rbac.authorization.k8s.io \"secret-reader\" is forbidden: user \"system:serviceaccount:esc:app\" \
+         (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:esc\" \"system:authenticated\"]) \
+         is attempting to grant RBAC permissions not currently held:\n\
+         {APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"delete\"]}\n\
+         {APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\"]}"
+    );
+
+    // Binding a role it holds all of is fine; binding `edit` (which it does not hold) is not.
+    role_binding(
+        &app,
+        "esc",
+        "self",
+        "Role",
+        "cm-reader",
+        json!([sa_subject("esc", "app")]),
+    )
+    .await;
+    let msg = forbidden(
+        create_err::<RoleBinding>(
+            &app,
+            Some("esc"),
+            json!({"metadata": {"name": "grab-edit"},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                   "subjects": [sa_subject("esc", "app")]}),
+        )
+        .await,
+    );
+    assert!(
+        msg.starts_with("rolebindings.rbac.authorization.k8s.io \"grab-edit\" is forbidden: user \"system:serviceaccount:esc:app\"")
+            && msg.contains("{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\" \"watch\" \"create\""),
+        "{msg}"
+    );
+    // An aggregated ClusterRole needs escalate even with nothing in it.
+    cluster_role_binding(
+        &admin,
+        "esc-cr-writer",
+        "esc-cr-writer",
+        json!([sa_subject("esc", "app")]),
+    )
+    .await;
+    cluster_role(
+        &admin,
+        "esc-cr-writer",
+        json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["create"]}]),
+    )
+    .await;
+    let msg = forbidden(
+        create_err::<ClusterRole>(
+            &app,
+            None,
+            json!({"metadata": {"name": "agg"},
+                   "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"x": "y"}}]}}),
+        )
+        .await,
+    );
+    assert!(
+        msg.ends_with("must have cluster-admin privileges to use the aggregationRule"),
+        "{msg}"
+    );
+
+    // With `bind` on `edit`, and `escalate` on roles, the same writes pass.
+    role(
+        &admin,
+        "esc",
+        "binder",
+        json!([
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["edit"]},
+            {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}
+        ]),
+    )
+    .await;
+    role_binding(
+        &admin,
+        "esc",
+        "binder",
+        "Role",
+        "binder",
+        json!([sa_subject("esc", "app")]),
+    )
+    .await;
+    role_binding(
+        &app,
+        "esc",
+        "grab-edit",
+        "ClusterRole",
+        "edit",
+        json!([sa_subject("esc", "app")]),
+    )
+    .await;
+    role(
+        &app,
+        "esc",
+        "secret-reader",
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]),
+    )
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn default_cluster_roles_view_edit_admin() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let admin = admin(&server).await;
+    let app = sa_client(&server, &admin, "roles").await;
+    config_map(&admin, "roles", "settings").await;
+    let cms: Api<ConfigMap> = Api::namespaced(app.clone(), "roles");
+    let secrets: Api<Secret> = Api::namespaced(app.clone(), "roles");
+    forbidden(cms.get("settings").await.unwrap_err());
+
+    // view: read most things, but not Secrets, and write nothing.
+    role_binding(
+        &admin,
+        "roles",
+        "v",
+        "ClusterRole",
+        "view",
+        json!([sa_subject("roles", "app")]),
+    )
+    .await;
+    cms.get("settings").await.unwrap();
+    forbidden(secrets.list(&ListParams::default()).await.unwrap_err());
+    forbidden(
+        create_err::<ConfigMap>(&app, Some("roles"), json!({"metadata": {"name": "new"}})).await,
+    );
+
+    // edit (aggregates view): writes workloads and Secrets, not RBAC.
+    role_binding(
+        &admin,
+        "roles",
+        "e",
+        "ClusterRole",
+        "edit",
+        json!([sa_subject("roles", "app")]),
+    )
+    .await;
+    config_map(&app, "roles", "new").await;
+    secrets.list(&ListParams::default()).await.unwrap();
+    forbidden(
+        create_err::<Role>(
+            &app,
+            Some("roles"),
+            json!({"metadata": {"name": "r"}, "rules": []}),
+        )
+        .await,
+    );
+
+    // admin (aggregates edit): Roles and RoleBindings too, within what it holds.
+    role_binding(
+        &admin,
+        "roles",
+        "a",
+        "ClusterRole",
+        "admin",
+        json!([sa_subject("roles", "app")]),
+    )
+    .await;
+    role(
+        &app,
+        "roles",
+        "r",
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]),
+    )
+    .await;
+    // ...and a chart can extend them by label.
+    create::<ClusterRole>(
+        &admin,
+        None,
+        json!({"metadata": {"name": "functions-view", "labels": {"rbac.authorization.k8s.io/aggregate-to-view": "true"}},
+               "rules": [{"apiGroups": ["kubeless.io"], "resources": ["functions"], "verbs": ["get", "list", "watch"]}]}),
+    )
+    .await;
+    let clusterroles: Api<ClusterRole> = Api::all(admin.clone());
+    for name in [
+        "cluster-admin",
+        "admin",
+        "edit",
+        "view",
+        "system:aggregate-to-view",
+    ] {
+        clusterroles.get(name).await.unwrap();
+    }
+    server.shutdown().await;
+}

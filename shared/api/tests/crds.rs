@@ -232,7 +232,8 @@ fn typed_fields_are_not_nullable() {
     fn walk(node: &Value, path: &str, out: &mut Vec<String>) {
         match node {
             Value::Object(map) => {
-                let typed = map.contains_key("type") || map.contains_key("x-kubernetes-int-or-string");
+                let typed =
+                    map.contains_key("type") || map.contains_key("x-kubernetes-int-or-string");
                 if typed && map.get("nullable") == Some(&Value::Bool(true)) {
                     out.push(path.to_string());
                 }

@@ -344,9 +344,9 @@ fn measure_validation_cost() {
         }
     }
     use kube::CustomResourceExt;
-    let crd =
-        serde_json::to_value(&kubeless_api::crd::<Function>().spec.versions[0].schema).unwrap()["openAPIV3Schema"]
-            .clone();
+    let crd = serde_json::to_value(&kubeless_api::crd::<Function>().spec.versions[0].schema)
+        .unwrap()["openAPIV3Schema"]
+        .clone();
     let mut bare = crd.clone();
     strip_rules(&mut bare);
     let with_cel = validate::CrdSchema::new(crd);

@@ -78,7 +78,10 @@ pub fn cluster_roles() -> Vec<Value> {
         ),
         rule(
             "autoscaling",
-            &["horizontalpodautoscalers", "horizontalpodautoscalers/status"],
+            &[
+                "horizontalpodautoscalers",
+                "horizontalpodautoscalers/status",
+            ],
             &READ,
         ),
         rule(

@@ -130,7 +130,10 @@ fn confirm_no_escalation(
         missing.join("\n")
     );
     if !grants.errors.is_empty() {
-        msg.push_str(&format!("; resolution errors: [{}]", grants.errors.join(" ")));
+        msg.push_str(&format!(
+            "; resolution errors: [{}]",
+            grants.errors.join(" ")
+        ));
     }
     Err(forbidden(gr, name, msg))
 }
@@ -197,9 +200,8 @@ fn covers(owner: &PolicyRule, atom: &Atom) -> bool {
             let resource_ok = owner.resources.iter().flatten().any(|r| {
                 r == "*"
                     || r == resource
-                    || r.strip_prefix("*/").is_some_and(|sub| {
-                        resource.split_once('/').is_some_and(|(_, s)| s == sub)
-                    })
+                    || r.strip_prefix("*/")
+                        .is_some_and(|sub| resource.split_once('/').is_some_and(|(_, s)| s == sub))
             });
             let names = owner.resource_names.as_deref().unwrap_or_default();
             has(Some(&owner.verbs), verb)
@@ -210,9 +212,7 @@ fn covers(owner: &PolicyRule, atom: &Atom) -> bool {
         Atom::Url { url, verb } => {
             has(Some(&owner.verbs), verb)
                 && owner.non_resource_urls.iter().flatten().any(|u| {
-                    u == "*"
-                        || u == url
-                        || u.strip_suffix('*').is_some_and(|p| url.starts_with(p))
+                    u == "*" || u == url || u.strip_suffix('*').is_some_and(|p| url.starts_with(p))
                 })
         }
     }
@@ -304,20 +304,30 @@ mod tests {
     #[test]
     fn coverage_follows_the_real_rules() {
         let owner = [
-            rule(json!({"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list"]})),
+            rule(
+                json!({"apiGroups": [""], "resources": ["pods", "configmaps"], "verbs": ["get", "list"]}),
+            ),
             rule(json!({"apiGroups": ["apps"], "resources": ["*/scale"], "verbs": ["*"]})),
-            rule(json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["get"]})),
+            rule(
+                json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["get"]}),
+            ),
             rule(json!({"nonResourceURLs": ["/metrics*"], "verbs": ["get"]})),
         ];
         let ok = [
             rule(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]})),
-            rule(json!({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["update"]})),
-            rule(json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["get"]})),
+            rule(
+                json!({"apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["update"]}),
+            ),
+            rule(
+                json!({"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["a"], "verbs": ["get"]}),
+            ),
             rule(json!({"nonResourceURLs": ["/metrics/x"], "verbs": ["get"]})),
         ];
         assert!(not_covered(&owner, &ok).is_empty());
         let too_much = [
-            rule(json!({"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "delete"]})),
+            rule(
+                json!({"apiGroups": [""], "resources": ["pods", "secrets"], "verbs": ["get", "delete"]}),
+            ),
             rule(json!({"apiGroups": [""], "resources": ["pods"], "verbs": ["*"]})),
         ];
         assert_eq!(

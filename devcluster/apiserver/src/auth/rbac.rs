@@ -203,11 +203,7 @@ fn applies_to(s: &Subject, user: &User, binding_ns: &str) -> bool {
 
 /// The rules a binding grants: a Role in the binding's namespace, or a ClusterRole with the
 /// rules of the ClusterRoles its aggregationRule selects.
-pub(super) fn role_rules(
-    store: &State,
-    r: &RoleRef,
-    ns: &str,
-) -> Result<Vec<PolicyRule>, String> {
+pub(super) fn role_rules(store: &State, r: &RoleRef, ns: &str) -> Result<Vec<PolicyRule>, String> {
     let rbac = "rbac.authorization.k8s.io";
     match r.kind.as_str() {
         "Role" if !ns.is_empty() => {
