@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Drives stock kubectl against devcluster-apiserver: get, apply, delete, scale,
-# logs, CRDs with printer columns, get -w, and the create subcommands, create token and
+# logs, CRDs with printer columns, explain, get -w, and the create subcommands, create token and
 # auth can-i (protobuf bodies). Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
@@ -139,6 +139,12 @@ out="$(k get gadgets)"
 expect_contains "CRD printer column header" "$out" "COLOR"
 expect_contains "CRD printer column value" "$out" "green"
 expect_contains "CRD short name" "$(k get gd g1 -o name)" "gadget.example.devcluster.io/g1"
+# kubectl explain reads the OpenAPI v3 documents: CRD schemas and built-in types alike.
+out="$(k explain gadgets.spec)"
+expect_contains "explain a CRD field" "$out" "color	<string> -required-"
+out="$(k explain deployment.spec.replicas)"
+expect_contains "explain a built-in field's type" "$out" "FIELD: replicas <integer>"
+expect_contains "explain a built-in field's description" "$out" "Number of desired pods"
 if out="$(echo '{"apiVersion":"example.devcluster.io/v1","kind":"Gadget","metadata":{"name":"bad"},"spec":{}}' | k create -f - 2>&1)"; then
   fail "invalid custom resource was accepted: $out"
 fi

@@ -262,7 +262,12 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
             ));
         }
         ["openapi", "v2"] => return Ok(openapi_v2(&req)),
-        ["openapi", "v3"] => return Ok(json_response(200, &json!({"paths": {}}))),
+        ["openapi", "v3"] => return Ok(json_response(200, &crate::openapi::root(&reg))),
+        ["openapi", "v3", rest @ ..] => {
+            return crate::openapi::group_version(&reg, rest)
+                .map(|doc| json_response(200, &doc))
+                .ok_or_else(ApiError::path_not_found);
+        }
         ["api"] => {
             return Ok(json_response(
                 200,

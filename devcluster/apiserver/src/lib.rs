@@ -14,6 +14,7 @@ pub mod errors;
 pub mod exec;
 mod http;
 mod logs;
+mod openapi;
 pub mod patch;
 pub mod persist;
 mod podsecurity;

@@ -34,6 +34,11 @@ impl Schema {
     /// Validates `obj` (a whole custom resource) and removes fields the schema does not
     /// declare. `old` is the stored object on updates (CEL transition rules). Returns the field
     /// errors.
+    /// The `openAPIV3Schema` itself.
+    pub fn schema(&self) -> &Value {
+        self.inner.schema()
+    }
+
     pub fn validate_and_prune(
         &self,
         obj: &mut Value,

@@ -1,0 +1,273 @@
+//! The OpenAPI v3 documents (`/openapi/v3` and one per group version), which `kubectl explain`
+//! reads and from which kubectl learns that the server validates fields itself
+//! (`fieldValidation`). Built-in kinds are described by their k8s-openapi types (through
+//! schemars, with the upstream descriptions); custom resources by their CRD's
+//! `openAPIV3Schema`, with `apiVersion`, `kind` and `metadata` added as the real server adds
+//! them.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Mutex, OnceLock};
+
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value, json};
+
+use crate::registry::{Registry, ResourceDef, Validator};
+
+/// The URL path of a group version's document: `api/v1` or `apis/GROUP/VERSION`.
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// Every group version served, with the resources it holds.
+fn group_versions(reg: &Registry) -> BTreeMap<(String, String), Vec<&ResourceDef>> {
+    let mut out: BTreeMap<(String, String), Vec<&ResourceDef>> = BTreeMap::new();
+    for def in reg.defs.values() {
+        for v in &def.versions {
+            out.entry((def.gr.group.clone(), v.clone()))
+                .or_default()
+                .push(def);
+        }
+    }
+    out
+}
+
+/// `/openapi/v3`: where each group version's document is, with a hash that changes with it
+/// (clients cache documents by that URL).
+pub fn root(reg: &Registry) -> Value {
+    let mut paths = Map::new();
+    for ((group, version), defs) in group_versions(reg) {
+        let doc = document(&group, &version, &defs);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        doc.to_string().hash(&mut h);
+        let path = gv_path(&group, &version);
+        paths.insert(
+            path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}?hash={:016X}", h.finish())}),
+        );
+    }
+    json!({ "paths": paths })
+}
+
+/// The document of one group version (`segs` after `openapi/v3`), or None when not served.
+pub fn group_version(reg: &Registry, segs: &[&str]) -> Option<Value> {
+    let (group, version) = match segs {
+        ["api", v] => (String::new(), v.to_string()),
+        ["apis", g, v] => (g.to_string(), v.to_string()),
+        _ => return None,
+    };
+    let gvs = group_versions(reg);
+    let defs = gvs.get(&(group.clone(), version.clone()))?;
+    Some(document(&group, &version, defs))
+}
+
+/// `io.k8s.api.apps.v1.Deployment` for built-ins, `io.kubeless.v1beta1.Function` for CRDs
+/// (the group reversed), as the real server names its schemas.
+fn schema_name(def: &ResourceDef, version: &str) -> String {
+    if !def.is_crd {
+        let group = if def.gr.group.is_empty() {
+            "core"
+        } else {
+            def.gr
+                .group
+                .strip_suffix(".k8s.io")
+                .unwrap_or(&def.gr.group)
+        };
+        let prefix = match def.gr.group.as_str() {
+            "apiextensions.k8s.io" => "io.k8s.apiextensions-apiserver.pkg.apis".to_string(),
+            _ => "io.k8s.api".to_string(),
+        };
+        return format!("{prefix}.{group}.{version}.{}", def.kind);
+    }
+    let reversed: Vec<&str> = def.gr.group.split('.').rev().collect();
+    format!("{}.{version}.{}", reversed.join("."), def.kind)
+}
+
+fn document(group: &str, version: &str, defs: &[&ResourceDef]) -> Value {
+    let api_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut schemas = Map::new();
+    let mut paths = Map::new();
+    for def in defs {
+        let gvk = json!([{"group": group, "version": version, "kind": def.kind}]);
+        let Some(mut schema) = kind_schema(def, version) else {
+            continue;
+        };
+        if let Some(m) = schema.as_object_mut() {
+            m.insert("x-kubernetes-group-version-kind".into(), gvk.clone());
+        }
+        let name = schema_name(def, version);
+        schemas.insert(name.clone(), schema);
+        let reference = json!({"$ref": format!("#/components/schemas/{name}")});
+        let base = format!("/{}", gv_path(group, version));
+        let collection = if def.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", def.gr.resource)
+        } else {
+            format!("{base}/{}", def.gr.resource)
+        };
+        let body =
+            json!({"required": true, "content": {"application/json": {"schema": reference}}});
+        let params = |extra: &[&str]| -> Value {
+            let mut p: Vec<Value> = extra
+                .iter()
+                .map(|n| json!({"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": true}}))
+                .collect();
+            p.push(json!({"name": "fieldValidation", "in": "query", "description": "Ignore, Warn or Strict: what to do with unknown or duplicate fields in the body.", "schema": {"type": "string", "uniqueItems": true}}));
+            Value::Array(p)
+        };
+        let op = |verb: &str| {
+            json!({"operationId": format!("{verb}{}", def.kind), "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": def.kind},
+                "parameters": params(&["dryRun", "fieldManager"]),
+                "requestBody": body.clone(),
+                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": reference.clone()}}}}})
+        };
+        paths.insert(collection.clone(), json!({"post": op("post")}));
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({"put": op("put"), "patch": op("patch")}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.34.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+        "x-devcluster-api-version": api_version,
+    })
+}
+
+/// The schema of one kind at one version.
+fn kind_schema(def: &ResourceDef, version: &str) -> Option<Value> {
+    match &def.validator {
+        Validator::Crd(schemas) => {
+            let mut schema = schemas
+                .get(version)
+                .cloned()
+                .flatten()
+                .map(|s| s.schema().clone())
+                .unwrap_or_else(
+                    || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+                );
+            if let Some(props) = schema
+                .as_object_mut()
+                .map(|m| m.entry("properties").or_insert_with(|| json!({})))
+                .and_then(Value::as_object_mut)
+            {
+                props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
+                props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
+                props.insert(
+                    "metadata".into(),
+                    builtin::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
+                );
+            }
+            Some(schema)
+        }
+        Validator::Builtin(_) => builtin_schema(&def.gr.group, version, &def.kind),
+    }
+}
+
+/// The schema of `T`, inlined, with its descriptions (cached per type).
+fn builtin<T: JsonSchema>() -> Value {
+    static CACHE: OnceLock<Mutex<BTreeMap<String, Value>>> = OnceLock::new();
+    let key = T::schema_name().into_owned();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(v) = cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+    {
+        return v.clone();
+    }
+    let value = SchemaSettings::openapi3()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .with_transform(schemars::transform::AddNullable::default())
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
+    cache
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key, value.clone());
+    value
+}
+
+/// The k8s-openapi type behind each built-in kind devcluster serves.
+fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
+    use k8s_openapi::api as a;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+    Some(match (group, version, kind) {
+        ("", "v1", "Pod") => builtin::<a::core::v1::Pod>(),
+        ("", "v1", "Service") => builtin::<a::core::v1::Service>(),
+        ("", "v1", "ConfigMap") => builtin::<a::core::v1::ConfigMap>(),
+        ("", "v1", "Secret") => builtin::<a::core::v1::Secret>(),
+        ("", "v1", "Namespace") => builtin::<a::core::v1::Namespace>(),
+        ("", "v1", "ServiceAccount") => builtin::<a::core::v1::ServiceAccount>(),
+        ("", "v1", "Endpoints") => builtin::<a::core::v1::Endpoints>(),
+        ("", "v1", "Event") => builtin::<a::core::v1::Event>(),
+        ("apps", "v1", "Deployment") => builtin::<a::apps::v1::Deployment>(),
+        ("batch", "v1", "Job") => builtin::<a::batch::v1::Job>(),
+        ("batch", "v1", "CronJob") => builtin::<a::batch::v1::CronJob>(),
+        ("autoscaling", "v2", "HorizontalPodAutoscaler") => {
+            builtin::<a::autoscaling::v2::HorizontalPodAutoscaler>()
+        }
+        ("autoscaling", "v1", "HorizontalPodAutoscaler") => {
+            builtin::<a::autoscaling::v1::HorizontalPodAutoscaler>()
+        }
+        ("networking.k8s.io", "v1", "Ingress") => builtin::<a::networking::v1::Ingress>(),
+        ("coordination.k8s.io", "v1", "Lease") => builtin::<a::coordination::v1::Lease>(),
+        ("discovery.k8s.io", "v1", "EndpointSlice") => builtin::<a::discovery::v1::EndpointSlice>(),
+        ("events.k8s.io", "v1", "Event") => builtin::<a::events::v1::Event>(),
+        ("rbac.authorization.k8s.io", "v1", "Role") => builtin::<a::rbac::v1::Role>(),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRole") => builtin::<a::rbac::v1::ClusterRole>(),
+        ("rbac.authorization.k8s.io", "v1", "RoleBinding") => builtin::<a::rbac::v1::RoleBinding>(),
+        ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+            builtin::<a::rbac::v1::ClusterRoleBinding>()
+        }
+        ("apiextensions.k8s.io", "v1", "CustomResourceDefinition") => {
+            builtin::<ext::CustomResourceDefinition>()
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_documents_name_their_kinds_and_carry_descriptions() {
+        let reg = Registry::with_builtins();
+        let doc = group_version(&reg, &["apis", "apps", "v1"]).unwrap();
+        let dep = &doc["components"]["schemas"]["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(
+            dep["x-kubernetes-group-version-kind"][0]["kind"],
+            "Deployment"
+        );
+        assert_eq!(
+            dep["properties"]["spec"]["properties"]["replicas"]["type"],
+            "integer"
+        );
+        assert!(dep["description"].as_str().unwrap().contains("Deployment"));
+        let root = root(&reg);
+        assert!(
+            root["paths"]["apis/apps/v1"]["serverRelativeURL"]
+                .as_str()
+                .unwrap()
+                .starts_with("/openapi/v3/apis/apps/v1?hash=")
+        );
+        assert!(group_version(&reg, &["apis", "nope", "v1"]).is_none());
+    }
+}
