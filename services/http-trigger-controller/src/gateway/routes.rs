@@ -171,7 +171,10 @@ pub fn normalise_host(raw: &str) -> String {
     } else {
         raw.split(':').next().unwrap_or("").to_string()
     };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    // Trimmed again: whitespace before the port (`"a :80"`) is not part of the host.
+    host.trim_start()
+        .trim_end_matches(|c: char| c == '.' || c.is_whitespace())
+        .to_ascii_lowercase()
 }
 
 #[cfg(test)]
