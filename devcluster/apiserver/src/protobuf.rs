@@ -12,15 +12,15 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1 as authn;
-use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::api::authorization::v1 as authz;
+use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_pb::api::authentication::v1 as pb_authn;
-use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
 use k8s_pb::api::authorization::v1 as pb_authz;
+use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;

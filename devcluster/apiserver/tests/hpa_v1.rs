@@ -22,10 +22,12 @@ fn obj(v: Value) -> DynamicObject {
 }
 
 fn v1(name: &str, min: i64, max: i64, pct: i64) -> DynamicObject {
-    obj(json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+    obj(
+        json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": name},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": min, "maxReplicas": max, "targetCPUUtilizationPercentage": pct}}))
+            "minReplicas": min, "maxReplicas": max, "targetCPUUtilizationPercentage": pct}}),
+    )
 }
 
 async fn refused(api: &Api<DynamicObject>, o: &DynamicObject, field: &str, text: &str) {
@@ -57,7 +59,11 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
 
     // Discovery: both versions, v2 preferred.
     let group: Value = client
-        .request(http::Request::get("/apis/autoscaling").body(vec![]).unwrap())
+        .request(
+            http::Request::get("/apis/autoscaling")
+                .body(vec![])
+                .unwrap(),
+        )
         .await
         .unwrap();
     assert_eq!(group["preferredVersion"]["version"], "v2");
@@ -92,7 +98,10 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
         .create(&PostParams::default(), &v1("web", 1, 4, 70))
         .await
         .unwrap();
-    assert_eq!(created.types.as_ref().unwrap().api_version, "autoscaling/v1");
+    assert_eq!(
+        created.types.as_ref().unwrap().api_version,
+        "autoscaling/v1"
+    );
     assert_eq!(created.data["spec"]["targetCPUUtilizationPercentage"], 70);
     let as_v2 = a2.get("web").await.unwrap();
     assert_eq!(
@@ -117,11 +126,13 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
     a2.patch_status(
         "web",
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"currentReplicas": 2, "desiredReplicas": 3,
+        &Patch::Merge(
+            json!({"status": {"currentReplicas": 2, "desiredReplicas": 3,
             "currentMetrics": [{"type": "Resource", "resource": {"name": "cpu",
                 "current": {"averageUtilization": 90, "averageValue": "90m"}}}],
             "conditions": [{"type": "AbleToScale", "status": "True", "reason": "SucceededRescale",
-                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        ),
     )
     .await
     .unwrap();
@@ -138,7 +149,8 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
 
     // The qps HPA Kubeless creates (an Object metric) travels in v1's metrics annotation,
     // and a v1 client writing the object back keeps it.
-    let qps = obj(json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+    let qps = obj(
+        json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
         "metadata": {"name": "fn"},
         "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "fn"},
             "minReplicas": 1, "maxReplicas": 3,
@@ -146,7 +158,8 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
             "metrics": [{"type": "Object", "object": {
                 "describedObject": {"apiVersion": "v1", "kind": "Service", "name": "fn"},
                 "metric": {"name": "function_calls"},
-                "target": {"type": "Value", "value": "10"}}}]}}));
+                "target": {"type": "Value", "value": "10"}}}]}}),
+    );
     a2.create(&PostParams::default(), &qps).await.unwrap();
     let mut old = a1.get("fn").await.unwrap();
     let anns = old.metadata.annotations.clone().unwrap();
@@ -154,9 +167,15 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
         serde_json::from_str(&anns["autoscaling.alpha.kubernetes.io/metrics"]).unwrap();
     assert_eq!(metrics[0]["object"]["metricName"], "function_calls");
     assert_eq!(metrics[0]["object"]["targetValue"], "10");
-    assert!(old.data["spec"].get("targetCPUUtilizationPercentage").is_none());
+    assert!(
+        old.data["spec"]
+            .get("targetCPUUtilizationPercentage")
+            .is_none()
+    );
     old.data["spec"]["maxReplicas"] = json!(5);
-    a1.replace("fn", &PostParams::default(), &old).await.unwrap();
+    a1.replace("fn", &PostParams::default(), &old)
+        .await
+        .unwrap();
     let back = a2.get("fn").await.unwrap();
     assert_eq!(back.data["spec"]["maxReplicas"], 5);
     assert_eq!(back.data["spec"]["metrics"], qps.data["spec"]["metrics"]);
@@ -173,9 +192,27 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
     );
 
     // v1 validation, as the real server (the cpu target is checked as the metric it becomes).
-    refused(&a1, &v1("min0", 0, 3, 50), "spec.minReplicas", "greater than or equal to 1").await;
-    refused(&a1, &v1("max0", 1, 0, 50), "spec.maxReplicas", "greater than or equal to 1").await;
-    refused(&a1, &v1("inverted", 5, 2, 50), "spec.minReplicas", "maxReplicas").await;
+    refused(
+        &a1,
+        &v1("min0", 0, 3, 50),
+        "spec.minReplicas",
+        "greater than or equal to 1",
+    )
+    .await;
+    refused(
+        &a1,
+        &v1("max0", 1, 0, 50),
+        "spec.maxReplicas",
+        "greater than or equal to 1",
+    )
+    .await;
+    refused(
+        &a1,
+        &v1("inverted", 5, 2, 50),
+        "spec.minReplicas",
+        "maxReplicas",
+    )
+    .await;
     refused(
         &a1,
         &v1("pct0", 1, 3, 0),
@@ -194,7 +231,9 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
         "default",
         &ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment")),
     );
-    deps.create(&PostParams::default(), &obj(dep)).await.unwrap();
+    deps.create(&PostParams::default(), &obj(dep))
+        .await
+        .unwrap();
     let kubectl = |args: &[&str]| {
         let out = Command::new("kubectl")
             .args(args)
@@ -222,13 +261,29 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
         made.data["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
         65
     );
-    let (ok, out) = kubectl(&["get", "horizontalpodautoscalers.v1.autoscaling", "api", "-o", "json"]);
+    let (ok, out) = kubectl(&[
+        "get",
+        "horizontalpodautoscalers.v1.autoscaling",
+        "api",
+        "-o",
+        "json",
+    ]);
     assert!(ok, "{out}");
     let got: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(got["spec"]["targetCPUUtilizationPercentage"], 65);
     let (ok, out) = kubectl(&["get", "hpa"]);
-    assert!(ok && out.contains("api") && out.contains("Deployment/api"), "{out}");
-    let (ok, out) = kubectl(&["autoscale", "deployment", "api", "--name=bad", "--min=3", "--max=2"]);
+    assert!(
+        ok && out.contains("api") && out.contains("Deployment/api"),
+        "{out}"
+    );
+    let (ok, out) = kubectl(&[
+        "autoscale",
+        "deployment",
+        "api",
+        "--name=bad",
+        "--min=3",
+        "--max=2",
+    ]);
     assert!(!ok, "{out}");
     server.shutdown().await;
 }
