@@ -132,17 +132,25 @@ pub struct Normalized {
     pub stabilized: bool,
 }
 
+/// An HPA's bounds and scaling rules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    pub min: i32,
+    pub max: i32,
+    pub up: Rules,
+    pub down: Rules,
+}
+
 /// Stabilization, policies and min/max, as the real controller's behavior path.
 pub fn normalize(
     mem: &mut Memory,
     now: Instant,
     current: i32,
     recommended: i32,
-    min: i32,
-    max: i32,
-    up: &Rules,
-    down: &Rules,
+    limits: &Limits,
 ) -> Normalized {
+    let Limits { min, max, up, down } = limits;
+    let (min, max) = (*min, *max);
     let longest = up.window.max(down.window).max(0) as u64;
     mem.recommendations
         .retain(|(t, _)| now.duration_since(*t) <= Duration::from_secs(longest));
@@ -807,9 +815,13 @@ async fn sync_one(
         return Ok(());
     };
     let behavior = spec.behavior.as_ref();
-    let up = Rules::of(behavior.and_then(|b| b.scale_up.as_ref()), true);
-    let down = Rules::of(behavior.and_then(|b| b.scale_down.as_ref()), false);
-    let n = normalize(mem, now, current, proposal, min, max, &up, &down);
+    let limits = Limits {
+        min,
+        max,
+        up: Rules::of(behavior.and_then(|b| b.scale_up.as_ref()), true),
+        down: Rules::of(behavior.and_then(|b| b.scale_down.as_ref()), false),
+    };
+    let n = normalize(mem, now, current, proposal, &limits);
     let desired = n.replicas;
     let mut last_scale = old_status.last_scale_time.clone();
     let able = if desired != current {
@@ -933,6 +945,15 @@ mod tests {
         }
     }
 
+    fn lim(min: i32, max: i32, up: &Rules, down: &Rules) -> Limits {
+        Limits {
+            min,
+            max,
+            up: up.clone(),
+            down: down.clone(),
+        }
+    }
+
     #[test]
     fn tolerance_keeps_the_count_and_ratios_round_up() {
         assert_eq!(replicas_for_ratio(1.05, 3, 3), 3);
@@ -956,7 +977,7 @@ mod tests {
         let t0 = Instant::now();
         let (up, down) = (rules(0, 2), rules(10, 100));
         // Up from 1 to 10 wanted: 2 pods per period allowed, ScaleUpLimit.
-        let n = normalize(&mut mem, t0, 1, 10, 1, 8, &up, &down);
+        let n = normalize(&mut mem, t0, 1, 10, &lim(1, 8, &up, &down));
         assert_eq!(n.replicas, 3);
         assert_eq!(n.limited.map(|l| l.0), Some("ScaleUpLimit"));
         mem.scale_events.push((t0, 2));
@@ -966,10 +987,7 @@ mod tests {
             t0 + Duration::from_secs(5),
             3,
             1,
-            1,
-            8,
-            &up,
-            &down,
+            &lim(1, 8, &up, &down),
         );
         assert_eq!(n.replicas, 3);
         assert!(n.stabilized);
@@ -979,15 +997,12 @@ mod tests {
             t0 + Duration::from_secs(20),
             3,
             1,
-            1,
-            8,
-            &up,
-            &down,
+            &lim(1, 8, &up, &down),
         );
         assert_eq!(n.replicas, 1);
         // Bounds.
         let mut mem = Memory::default();
-        let n = normalize(&mut mem, t0, 2, 50, 1, 4, &rules(0, 100), &down);
+        let n = normalize(&mut mem, t0, 2, 50, &lim(1, 4, &rules(0, 100), &down));
         assert_eq!(n.replicas, 4);
         assert_eq!(n.limited.map(|l| l.0), Some("TooManyReplicas"));
     }
