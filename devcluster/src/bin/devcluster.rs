@@ -42,7 +42,12 @@ struct UpArgs {
     #[arg(long, env = "DEVCLUSTER_NO_RUNNER")]
     no_runner: bool,
     /// Seconds between two passes of the HPA controller (15 on a real cluster).
-    #[arg(long, env = "DEVCLUSTER_HPA_SYNC_PERIOD", default_value_t = 15)]
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "DEVCLUSTER_HPA_SYNC_PERIOD",
+        default_value_t = 15
+    )]
     hpa_sync_period: u64,
     /// Log filter (RUST_LOG syntax).
     #[arg(long, env = "DEVCLUSTER_LOG", default_value = "info")]
