@@ -191,6 +191,41 @@ async fn v1_and_v2_are_one_object_converted_like_the_real_server() {
             .all(|i| i.types.as_ref().unwrap().api_version == "autoscaling/v1")
     );
 
+    // Watches in v1 send v1 objects.
+    {
+        use futures::TryStreamExt;
+        let stream = a1
+            .watch(&kube::api::WatchParams::default(), "0")
+            .await
+            .unwrap();
+        let mut stream = std::pin::pin!(stream);
+        let ev = stream.try_next().await.unwrap().unwrap();
+        let kube::api::WatchEvent::Added(o) = ev else {
+            panic!("not an ADDED event: {ev:?}")
+        };
+        assert_eq!(o.types.as_ref().unwrap().api_version, "autoscaling/v1");
+    }
+
+    // Tables from v1 embed v1 objects.
+    let table: Value = client
+        .request(
+            http::Request::get(
+                "/apis/autoscaling/v1/namespaces/default/horizontalpodautoscalers?includeObject=Object",
+            )
+            .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+            .body(vec![])
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let rows = table["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(
+        rows.iter()
+            .all(|r| r["object"]["apiVersion"] == "autoscaling/v1"),
+        "{table}"
+    );
+
     // v1 validation, as the real server (the cpu target is checked as the metric it becomes).
     refused(
         &a1,
