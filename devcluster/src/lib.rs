@@ -46,6 +46,8 @@ pub struct Options {
     pub state_dir: PathBuf,
     /// Folder of image-map files (`*.yaml`); `None` runs no pods (API server only).
     pub images_dir: Option<PathBuf>,
+    /// How often the HPA controller reads metrics and scales (15 s, as on a real cluster).
+    pub hpa_sync_period: std::time::Duration,
 }
 
 impl Options {
@@ -58,6 +60,7 @@ impl Options {
             kubeconfig_path: None,
             state_dir: state_dir.into(),
             images_dir: Some(repo_images_dir()),
+            hpa_sync_period: std::time::Duration::from_secs(15),
         }
     }
 }
@@ -95,6 +98,7 @@ impl DevCluster {
             kubeconfig_path,
             state_dir,
             images_dir,
+            hpa_sync_period,
         } = options;
         // Pods run in their own folders and mount volumes by path: a relative state dir would
         // point somewhere else from inside each pod, so every path is made absolute first.
@@ -143,6 +147,7 @@ impl DevCluster {
                     logs_dir,
                     api_access: Some(api_access),
                     pod_ip_base: pod_ip_range(),
+                    hpa_sync_period,
                     ..RunnerConfig::default()
                 };
                 server.set_exec_backend(Arc::new(RunnerExec(config.running.clone())));

@@ -361,7 +361,7 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 reject_dry_run(&q)?;
                 let body = object_body(&read_body(req.into_body()).await?)?;
                 let obj = app.store.create(&def, version, ns, body)?;
-                Ok(json_response(201, &obj))
+                Ok(json_response(201, &in_version(&def, version, obj)))
             }
             Method::DELETE => {
                 let body = read_body(req.into_body()).await?;
@@ -400,7 +400,11 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                     let body = object_body(&read_body(req.into_body()).await?)?;
                     Ok(json_response(
                         200,
-                        &app.store.update(&def, version, ns, name, body, Sub::Main)?,
+                        &in_version(
+                            &def,
+                            version,
+                            app.store.update(&def, version, ns, name, body, Sub::Main)?,
+                        ),
                     ))
                 }
                 Method::PATCH => {
@@ -441,14 +445,21 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                             .store
                             .get(&def.gr, ns, name)
                             .ok_or_else(|| ApiError::not_found(&def.gr, name))?;
-                        Ok(json_response(200, &obj))
+                        Ok(json_response(
+                            200,
+                            &in_version(&def, version, (*obj).clone()),
+                        ))
                     }
                     Method::PUT => {
                         let body = parse_json(&read_body(req.into_body()).await?)?;
                         Ok(json_response(
                             200,
-                            &app.store
-                                .update(&def, version, ns, name, body, Sub::Status)?,
+                            &in_version(
+                                &def,
+                                version,
+                                app.store
+                                    .update(&def, version, ns, name, body, Sub::Status)?,
+                            ),
                         ))
                     }
                     Method::PATCH => {
@@ -660,19 +671,30 @@ fn patch(
         parse_json(body)?
     };
     let (obj, created) = app.store.patch(def, version, ns, name, kind, &value, sub)?;
-    Ok(json_response(if created { 201 } else { 200 }, &obj))
+    Ok(json_response(
+        if created { 201 } else { 200 },
+        &in_version(def, version, obj),
+    ))
 }
 
 /// Writes `obj` with the apiVersion of the requested version.
+/// (converted when the kind is stored in another version, see convert.rs).
 fn versioned(def: &ResourceDef, version: &str, obj: &Value) -> Option<Value> {
     let want = def.api_version(version);
     if obj.get("apiVersion").and_then(Value::as_str) == Some(want.as_str()) {
         None
+    } else if crate::convert::storage_api_version(&def.gr).is_some() {
+        Some(crate::convert::convert(&def.gr, obj, &want))
     } else {
         let mut o = obj.clone();
         o["apiVersion"] = json!(want);
         Some(o)
     }
+}
+
+/// `obj` as the requested version shows it.
+fn in_version(def: &ResourceDef, version: &str, obj: Value) -> Value {
+    versioned(def, version, &obj).unwrap_or(obj)
 }
 
 fn render_one(def: &ResourceDef, version: &str, obj: &Value, table: bool, q: &Q) -> Response {

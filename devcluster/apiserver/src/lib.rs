@@ -10,6 +10,7 @@
 
 pub mod auth;
 mod builtin;
+pub mod convert;
 pub mod errors;
 pub mod exec;
 mod http;

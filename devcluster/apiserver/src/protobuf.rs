@@ -13,12 +13,14 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::authentication::v1 as authn;
 use k8s_openapi::api::authorization::v1 as authz;
+use k8s_openapi::api::autoscaling::v1 as autoscaling;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_pb::api::authentication::v1 as pb_authn;
 use k8s_pb::api::authorization::v1 as pb_authz;
+use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
@@ -145,6 +147,9 @@ pub fn decode_object(
         "SubjectAccessReview" => to_json(subject_access_review(
             pb_authz::SubjectAccessReview::decode(raw.as_slice()).map_err(obj_err)?,
         )),
+        "HorizontalPodAutoscaler" => to_json(hpa_v1(
+            pb_autoscaling::HorizontalPodAutoscaler::decode(raw.as_slice()).map_err(obj_err)?,
+        )),
         "TokenRequest" => to_json(token_request(
             pb_authn::TokenRequest::decode(raw.as_slice()).map_err(obj_err)?,
         )),
@@ -168,6 +173,8 @@ pub fn supports(group: &str, version: &str, kind: &str) -> bool {
             matches!(kind, "SelfSubjectAccessReview" | "SubjectAccessReview")
         }
         ("authentication.k8s.io", "v1") => kind == "TokenRequest",
+        // `kubectl autoscale` sends v1 HPAs.
+        ("autoscaling", "v1") => kind == "HorizontalPodAutoscaler",
         _ => false,
     }
 }
@@ -345,6 +352,27 @@ fn service_account(sa: pb_core::ServiceAccount) -> core::ServiceAccount {
             resource_version: opt_str(r.resource_version),
             uid: opt_str(r.uid),
         }),
+    }
+}
+
+/// The spec of an autoscaling/v1 HPA (a status in a create body is dropped by the server).
+fn hpa_v1(h: pb_autoscaling::HorizontalPodAutoscaler) -> autoscaling::HorizontalPodAutoscaler {
+    autoscaling::HorizontalPodAutoscaler {
+        metadata: object_meta(h.metadata),
+        spec: h.spec.map(|s| autoscaling::HorizontalPodAutoscalerSpec {
+            scale_target_ref: s
+                .scale_target_ref
+                .map(|r| autoscaling::CrossVersionObjectReference {
+                    api_version: opt_str(r.api_version),
+                    kind: r.kind.unwrap_or_default(),
+                    name: r.name.unwrap_or_default(),
+                })
+                .unwrap_or_default(),
+            min_replicas: s.min_replicas,
+            max_replicas: s.max_replicas.unwrap_or_default(),
+            target_cpu_utilization_percentage: s.target_cpu_utilization_percentage,
+        }),
+        status: None,
     }
 }
 

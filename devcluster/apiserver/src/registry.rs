@@ -408,7 +408,12 @@ impl Registry {
             let singular = b.kind.to_ascii_lowercase();
             let def = ResourceDef {
                 gr: gr.clone(),
-                versions: vec![b.version.to_string()],
+                // HPAs are stored once (v2) and served as v1 too (src/convert.rs).
+                versions: if b.resource == "horizontalpodautoscalers" {
+                    vec![b.version.to_string(), "v1".to_string()]
+                } else {
+                    vec![b.version.to_string()]
+                },
                 kind: b.kind.to_string(),
                 list_kind: format!("{}List", b.kind),
                 singular,

@@ -725,7 +725,17 @@ impl Store {
                 def.kind
             )));
         }
-        obj["apiVersion"] = json!(api_version);
+        // A body may name another served version than the URL: it is read in its own.
+        let body_version = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .map_or(api_version.clone(), str::to_string);
+        obj["apiVersion"] = json!(body_version);
+        if let Some(stored) = crate::convert::storage_api_version(&def.gr) {
+            *obj = crate::convert::convert(&def.gr, obj, stored);
+        } else {
+            obj["apiVersion"] = json!(api_version);
+        }
         obj["kind"] = json!(def.kind);
         if def.gr.group.is_empty() && def.kind == "Secret" {
             fold_string_data(obj);
@@ -1194,7 +1204,12 @@ impl Store {
             }
             return Err(ApiError::not_found(&def.gr, name));
         };
-        let mut obj = (*cur).clone();
+        // The patch applies to the object as the requested version shows it.
+        let mut obj = if crate::convert::storage_api_version(&def.gr).is_some() {
+            crate::convert::convert(&def.gr, &cur, &def.api_version(version))
+        } else {
+            (*cur).clone()
+        };
         match kind {
             PatchKind::Merge => patch::merge_patch(&mut obj, body),
             PatchKind::Strategic => patch::strategic_merge(&mut obj, body),

@@ -446,6 +446,8 @@ pub struct TableBuilder {
     crd_columns: Option<Vec<PrinterColumn>>,
     cells: Cells,
     include: String,
+    /// Kinds stored in another version: the embedded object is shown in the requested one.
+    convert_to: Option<(crate::registry::GroupResource, String)>,
 }
 
 impl TableBuilder {
@@ -473,14 +475,18 @@ impl TableBuilder {
                 crd_columns: Some(cols),
                 cells: |_| Vec::new(),
                 include,
+                convert_to: None,
             };
         }
         let (columns, cells) = builtin(def);
+        let convert_to = crate::convert::storage_api_version(&def.gr)
+            .map(|_| (def.gr.clone(), def.api_version(version)));
         Self {
             columns,
             crd_columns: None,
             cells,
             include,
+            convert_to,
         }
     }
 
@@ -500,6 +506,11 @@ impl TableBuilder {
             }
             None => (self.cells)(obj),
         };
+        let converted = self
+            .convert_to
+            .as_ref()
+            .map(|(gr, av)| crate::convert::convert(gr, obj, av));
+        let obj = converted.as_ref().unwrap_or(obj);
         let object = match self.include.as_str() {
             "None" => Value::Null,
             "Object" => obj.clone(),

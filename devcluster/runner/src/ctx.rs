@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -31,6 +32,7 @@ pub struct Stores {
     pub cronjobs: Store<CronJob>,
     pub endpoints: Store<Endpoints>,
     pub slices: Store<EndpointSlice>,
+    pub hpas: Store<HorizontalPodAutoscaler>,
 }
 
 /// Wakes every controller loop.

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -29,9 +30,11 @@ mod ctx;
 pub mod deployment;
 pub mod endpoints;
 mod error;
+pub mod hpa;
 pub mod image_map;
 pub mod job;
 mod kubelet;
+pub mod podmetrics;
 pub mod podstatus;
 pub mod probe;
 pub mod process;
@@ -81,6 +84,8 @@ pub struct RunnerConfig {
     pub api_access: Option<ApiAccess>,
     /// Filled with the running containers (env, working dir) for `kubectl exec`.
     pub running: RunningContainers,
+    /// How often the HPA controller reads metrics and scales (the real default: 15 s).
+    pub hpa_sync_period: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -99,6 +104,7 @@ impl Default for RunnerConfig {
             extra_env: BTreeMap::new(),
             api_access: None,
             running: RunningContainers::default(),
+            hpa_sync_period: Duration::from_secs(15),
         }
     }
 }
@@ -146,6 +152,7 @@ impl Runner {
                 &watchers,
                 &mut tasks,
             ),
+            hpas: reflect::<HorizontalPodAutoscaler>(&client, None, &wakers, &watchers, &mut tasks),
         };
         let ready = async {
             let s = &stores;
@@ -157,6 +164,7 @@ impl Runner {
                 s.cronjobs.wait_until_ready(),
                 s.endpoints.wait_until_ready(),
                 s.slices.wait_until_ready(),
+                s.hpas.wait_until_ready(),
             );
         };
         tokio::select! {
@@ -206,6 +214,11 @@ impl Runner {
             controllers.clone(),
             "endpoints",
             endpoints::reconcile_all,
+        ));
+        tasks.spawn(hpa::run(
+            ctx.clone(),
+            ctx.config.hpa_sync_period,
+            controllers.clone(),
         ));
         let kubelet_cancel = CancellationToken::new();
         let kubelet = tokio::spawn(kubelet::run(ctx.clone(), kubelet_cancel.clone()));

@@ -41,6 +41,14 @@ struct UpArgs {
     /// Serve the API only: no pods are run (for benchmarks of controllers).
     #[arg(long, env = "DEVCLUSTER_NO_RUNNER")]
     no_runner: bool,
+    /// Seconds between two passes of the HPA controller (15 on a real cluster).
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "DEVCLUSTER_HPA_SYNC_PERIOD",
+        default_value_t = 15
+    )]
+    hpa_sync_period: u64,
     /// Log filter (RUST_LOG syntax).
     #[arg(long, env = "DEVCLUSTER_LOG", default_value = "info")]
     log: String,
@@ -58,6 +66,7 @@ async fn main() -> ExitCode {
         state_dir,
         images,
         no_runner,
+        hpa_sync_period,
         log,
     } = args;
     tracing_subscriber::fmt()
@@ -80,6 +89,7 @@ async fn main() -> ExitCode {
         } else {
             Some(images.unwrap_or_else(devcluster::repo_images_dir))
         },
+        hpa_sync_period: std::time::Duration::from_secs(hpa_sync_period.max(1)),
     };
     let cluster = match DevCluster::start(options).await {
         Ok(c) => c,

@@ -134,6 +134,11 @@ pub async fn counting_client(kubeconfig: &Path, counter: &WriteCounter) -> Clien
 impl Env {
     /// A devcluster (pod runner on or off) with the Function CRD installed.
     pub async fn start(runner: bool) -> Self {
+        Self::start_with_hpa_period(runner, Duration::from_secs(15)).await
+    }
+
+    /// Like [`Env::start`], with devcluster's HPA controller passing every `hpa_period`.
+    pub async fn start_with_hpa_period(runner: bool, hpa_period: Duration) -> Self {
         let _ = tracing_subscriber_init();
         // Short: the runtime's worker sockets live under the pod folder, and Unix socket paths
         // are limited to 107 bytes.
@@ -143,6 +148,7 @@ impl Env {
             .unwrap();
         let mut options = Options::for_tests(dir.path().join("s"));
         options.images_dir = runner.then(|| images_dir(dir.path()));
+        options.hpa_sync_period = hpa_period;
         let cluster = DevCluster::start(options).await.expect("devcluster starts");
         let client = cluster.client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
