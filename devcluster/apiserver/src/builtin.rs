@@ -871,3 +871,69 @@ pub fn config_data(obj: &Value) -> Errors {
     }
     errs
 }
+
+/// Where a built-in kind keeps its pod spec, for defaulting.
+fn pod_spec_pointer(group: &str, resource: &str) -> Option<&'static str> {
+    match (group, resource) {
+        ("", "pods") => Some("/spec"),
+        ("apps", "deployments") | ("batch", "jobs") => Some("/spec/template/spec"),
+        ("batch", "cronjobs") => Some("/spec/jobTemplate/spec/template/spec"),
+        _ => None,
+    }
+}
+
+/// The real server's decode-time defaults that our controllers' server-side applies depend
+/// on: an `ObjectFieldSelector` without `apiVersion` gets `v1` (in env `valueFrom.fieldRef`
+/// and in downward-API volume items, plain or projected). Without it an apply that leaves
+/// `apiVersion` out differs from what a real server stores and returns.
+pub fn default_pod_template(group: &str, resource: &str, obj: &mut Value) {
+    let Some(spec) = pod_spec_pointer(group, resource).and_then(|p| obj.pointer_mut(p)) else {
+        return;
+    };
+    for key in ["initContainers", "containers", "ephemeralContainers"] {
+        for c in items_mut(spec, key) {
+            for env in items_mut(c, "env") {
+                if let Some(sel) = env.pointer_mut("/valueFrom/fieldRef") {
+                    default_field_selector(sel);
+                }
+            }
+        }
+    }
+    for vol in items_mut(spec, "volumes") {
+        if let Some(dapi) = vol.get_mut("downwardAPI") {
+            default_downward_items(dapi);
+        }
+        if let Some(projected) = vol.get_mut("projected") {
+            for src in items_mut(projected, "sources") {
+                if let Some(dapi) = src.get_mut("downwardAPI") {
+                    default_downward_items(dapi);
+                }
+            }
+        }
+    }
+}
+
+fn items_mut<'a>(v: &'a mut Value, key: &str) -> impl Iterator<Item = &'a mut Value> {
+    v.get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+}
+
+fn default_downward_items(dapi: &mut Value) {
+    for item in items_mut(dapi, "items") {
+        if let Some(sel) = item.get_mut("fieldRef") {
+            default_field_selector(sel);
+        }
+    }
+}
+
+fn default_field_selector(sel: &mut Value) {
+    if let Some(m) = sel.as_object_mut()
+        && m.get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        m.insert("apiVersion".into(), Value::String("v1".into()));
+    }
+}

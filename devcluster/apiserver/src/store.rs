@@ -740,6 +740,7 @@ impl Store {
         if def.gr.group.is_empty() && def.kind == "Secret" {
             fold_string_data(obj);
         }
+        crate::builtin::default_pod_template(&def.gr.group, &def.gr.resource, obj);
         if !obj.get("metadata").is_some_and(Value::is_object) {
             obj["metadata"] = json!({});
         }

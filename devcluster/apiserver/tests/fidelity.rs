@@ -606,3 +606,73 @@ async fn pod_security_enforce_levels() {
     .unwrap();
     server.shutdown().await;
 }
+
+/// The real server defaults `fieldRef.apiVersion` to `v1` whenever it decodes a pod spec
+/// (create, update, patch, apply), so an object applied without it reads back with it, and
+/// applying the same manifest again changes nothing.
+#[tokio::test]
+async fn field_ref_api_version_defaults_to_v1() {
+    use k8s_openapi::api::{apps::v1::Deployment, batch::v1::CronJob};
+    use kube::api::{Patch, PatchParams};
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    let pod_spec = json!({
+        "containers": [{"name": "f", "image": "python:3.11",
+            "env": [{"name": "ADDR", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                    {"name": "NS", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}}]}],
+        "volumes": [
+            {"name": "info", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+            {"name": "proj", "projected": {"sources": [{"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}}]}}
+        ]
+    });
+    let assert_defaulted = |spec: &Value| {
+        for p in [
+            "/containers/0/env/0/valueFrom/fieldRef/apiVersion",
+            "/containers/0/env/1/valueFrom/fieldRef/apiVersion",
+            "/volumes/0/downwardAPI/items/0/fieldRef/apiVersion",
+            "/volumes/1/projected/sources/0/downwardAPI/items/0/fieldRef/apiVersion",
+        ] {
+            assert_eq!(spec.pointer(p), Some(&json!("v1")), "{p} in {spec}");
+        }
+    };
+    let deps: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let dep = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "fr"},
+        "spec": {"selector": {"matchLabels": {"app": "fr"}},
+                 "template": {"metadata": {"labels": {"app": "fr"}}, "spec": pod_spec}}});
+    let pp = PatchParams::apply("field-ref-test");
+    let created = deps.patch("fr", &pp, &Patch::Apply(&dep)).await.unwrap();
+    let v = serde_json::to_value(&created).unwrap();
+    assert_defaulted(&v["spec"]["template"]["spec"]);
+    // The same manifest again: nothing changes, so the resourceVersion stays.
+    let again = deps.patch("fr", &pp, &Patch::Apply(&dep)).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    // A merge patch that sets a fieldRef without apiVersion is defaulted too.
+    let patched = deps
+        .patch(
+            "fr",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"template": {"spec": {"volumes": pod_spec["volumes"]}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&patched).unwrap();
+    assert_defaulted(&v["spec"]["template"]["spec"]);
+
+    let cjs: Api<CronJob> = Api::namespaced(client.clone(), "default");
+    let cj = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "fr"},
+        "spec": {"schedule": "*/5 * * * *",
+                 "jobTemplate": {"spec": {"template": {"spec": {
+                     "restartPolicy": "Never",
+                     "containers": pod_spec["containers"], "volumes": pod_spec["volumes"]}}}}}});
+    let created = cjs
+        .create(&PostParams::default(), &serde_json::from_value(cj).unwrap())
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&created).unwrap();
+    assert_defaulted(&v["spec"]["jobTemplate"]["spec"]["template"]["spec"]);
+}

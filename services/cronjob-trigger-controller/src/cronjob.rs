@@ -262,7 +262,9 @@ pub fn build_cronjob(
         value_from: Some(EnvVarSource {
             field_ref: Some(ObjectFieldSelector {
                 field_path: "metadata.labels['job-name']".to_string(),
-                ..Default::default()
+                // What the API server defaults it to: left out, an apply's field set
+                // differs from the stored object's.
+                api_version: Some("v1".to_string()),
             }),
             ..Default::default()
         }),

@@ -634,7 +634,9 @@ fn shape_deployment(
                 value_from: Some(EnvVarSource {
                     field_ref: Some(ObjectFieldSelector {
                         field_path: "status.podIP".into(),
-                        api_version: None,
+                        // What the API server defaults it to: left out, an apply's
+                        // field set differs from the stored object's.
+                        api_version: Some("v1".into()),
                     }),
                     ..EnvVarSource::default()
                 }),
