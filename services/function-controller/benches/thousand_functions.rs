@@ -22,7 +22,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client, CustomResourceExt, ResourceExt,
+    Api, Client, ResourceExt,
     api::{ListParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kubeless_api::KinesisTrigger;
 use serde_json::json;
 use support::*;

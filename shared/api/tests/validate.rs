@@ -343,7 +343,6 @@ fn measure_validation_cost() {
             _ => {}
         }
     }
-    use kube::CustomResourceExt;
     let crd = serde_json::to_value(&kubeless_api::crd::<Function>().spec.versions[0].schema)
         .unwrap()["openAPIV3Schema"]
         .clone();

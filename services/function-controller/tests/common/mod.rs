@@ -16,7 +16,7 @@ use k8s_openapi::api::{
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
-    Api, Client, CustomResourceExt,
+    Api, Client,
     api::{ListParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
