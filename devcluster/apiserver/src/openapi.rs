@@ -10,7 +10,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Mutex, OnceLock};
 
 use schemars::JsonSchema;
-use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
 
 use crate::registry::{Registry, ResourceDef, Validator};
@@ -187,15 +186,7 @@ fn builtin<T: JsonSchema>() -> Value {
     {
         return v.clone();
     }
-    let value = SchemaSettings::openapi3()
-        .with(|s| {
-            s.inline_subschemas = true;
-            s.meta_schema = None;
-        })
-        .with_transform(schemars::transform::AddNullable::default())
-        .into_generator()
-        .into_root_schema_for::<T>()
-        .to_value();
+    let value = kubeless_api::schema::plain_schema_for::<T>();
     cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -23,8 +23,9 @@ pub fn structural_settings() -> SchemaSettings {
         .with_transform(kube::core::schema::OptionalIntOrString)
 }
 
-/// Inline, untransformed schema of `T`: the source of truth for which fields are required.
-fn plain_schema_for<T: JsonSchema>() -> Value {
+/// Inline, untransformed schema of `T` (descriptions kept): the source of truth for which fields
+/// are required, and what devcluster publishes for built-in kinds in /openapi/v3.
+pub fn plain_schema_for<T: JsonSchema>() -> Value {
     SchemaSettings::openapi3()
         .with(|s| {
             s.inline_subschemas = true;
