@@ -6,24 +6,45 @@ use std::sync::atomic::Ordering;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http::{HeaderName, Uri, header};
+use http::{HeaderMap, HeaderName, Uri, Version, header};
 use serde_json::Value;
 
 use crate::errors::ApiError;
 use crate::http::App;
 use crate::registry::{GroupResource, ResourceDef};
 
+/// Headers that describe one connection, not the message (RFC 9110 7.6.1), and the
+/// client's credentials, which are for the API server only.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
     "transfer-encoding",
     "upgrade",
     "te",
     "trailer",
-    "host",
-    "authorization",
 ];
+
+/// Drops the hop-by-hop headers, those the `Connection` header names too. What is
+/// left can go out on any HTTP version: the backend is spoken to in HTTP/1.1
+/// whatever the client used, and an HTTP/2 client must get no connection headers.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for h in named {
+        headers.remove(h);
+    }
+    for h in HOP_BY_HOP {
+        headers.remove(*h);
+    }
+}
 
 /// `name`, `name:port` or `scheme:name:port`.
 fn split_name(raw: &str) -> (&str, Option<&str>) {
@@ -232,9 +253,12 @@ pub async fn handle(
         .map_err(|e| ApiError::bad_request(format!("bad proxy path: {e}")))?;
     let (mut parts, body) = req.into_parts();
     parts.uri = uri;
-    for h in HOP_BY_HOP {
-        parts.headers.remove(HeaderName::from_static(h));
-    }
+    // An HTTP/2 request (kubectl's, by ALPN) goes on as HTTP/1.1; the client sets
+    // Host from the URI, as the real proxy addresses the endpoint.
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    parts.headers.remove(header::AUTHORIZATION);
     let fwd = http::Request::from_parts(parts, body);
     let resp = app
         .proxy
@@ -242,7 +266,6 @@ pub async fn handle(
         .await
         .map_err(|e| ApiError::unavailable(format!("error trying to reach service: {e}")))?;
     let (mut parts, body) = resp.into_parts();
-    parts.headers.remove(header::CONNECTION);
-    parts.headers.remove(header::TRANSFER_ENCODING);
+    strip_hop_by_hop(&mut parts.headers);
     Ok(Response::from_parts(parts, Body::new(body)))
 }
