@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! The service and pod proxies with HTTP/2 clients: an h2-only hyper client (ALPN
-//! `h2`, no HTTP/1.1 to fall back to) and stock kubectl, which negotiates h2 too.
-//! The backend is spoken to in HTTP/1.1 whatever the client used.
+//! The service and pod proxies with HTTP/2 clients (an h2-only hyper client, ALPN
+//! `h2` and nothing to fall back to, and stock kubectl, which negotiates h2 too),
+//! and with an HTTP/1.1 upgrade passed through to the backend. The backend is
+//! spoken to in HTTP/1.1 whatever the client used.
 
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -54,12 +55,11 @@ async fn echo_backend() -> std::net::SocketAddr {
     addr
 }
 
-/// An HTTP/2-only connection to the server (ALPN offers nothing else).
-async fn h2_client(
+/// A TLS connection to the server offering only `alpn` (and checking it was chosen).
+async fn tls_connect(
     server: &devcluster_apiserver::RunningServer,
-) -> hyper::client::conn::http2::SendRequest<
-    http_body_util::combinators::BoxBody<Bytes, std::io::Error>,
-> {
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(rustls::pki_types::CertificateDer::from_pem_slice(server.ca_pem().as_bytes()).unwrap())
@@ -71,7 +71,7 @@ async fn h2_client(
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec()];
+    tls.alpn_protocols = vec![alpn.to_vec()];
     let tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
     let tls = tokio_rustls::TlsConnector::from(Arc::new(tls))
         .connect(
@@ -80,7 +80,15 @@ async fn h2_client(
         )
         .await
         .unwrap();
-    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(alpn));
+    tls
+}
+
+/// An HTTP/2-only connection to the server (ALPN offers nothing else).
+async fn h2_client(
+    server: &devcluster_apiserver::RunningServer,
+) -> hyper::client::conn::http2::SendRequest<H2Body> {
+    let tls = tls_connect(server, b"h2").await;
     let (send, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await
@@ -258,6 +266,125 @@ async fn service_and_pod_proxies_serve_http2_clients() {
             )
         };
         assert_eq!(stdout, want, "kubectl {i}");
+    }
+    server.shutdown().await;
+}
+
+/// A backend that switches to a toy protocol, `shout`, and then answers every read
+/// in upper case.
+async fn upgrading_backend() -> std::net::SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if !(head.contains("\r\nupgrade: shout\r\n")
+                    && head.contains("\r\nconnection: upgrade\r\n")
+                    && !head.contains("authorization"))
+                {
+                    let _ = s
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                        .await;
+                    return;
+                }
+                s.write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: shout\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut buf = [0u8; 1024];
+                loop {
+                    let n = s.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    if s.write_all(&buf[..n].to_ascii_uppercase()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_http1_upgrade_goes_through_the_proxies() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = start(ServerConfig {
+        token: Some(TOKEN.into()),
+        ..ServerConfig::default()
+    })
+    .await
+    .unwrap();
+    let client = server.client().await.unwrap();
+    let port = upgrading_backend().await.port();
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "up"}, "spec": {"ports": [{"port": 80, "targetPort": port}]}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<Endpoints>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "up"}, "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": port}]}]})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "up"}, "spec": {"containers": [{"name": "c", "image": "i"}]}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    pods.patch_status(
+        "up",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"podIP": "127.0.0.1"}})),
+    )
+    .await
+    .unwrap();
+    for path in [
+        "/api/v1/namespaces/default/services/up/proxy/chat".to_string(),
+        format!("/api/v1/namespaces/default/pods/up:{port}/proxy/chat"),
+    ] {
+        let tls = tls_connect(&server, b"http/1.1").await;
+        let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+            .await
+            .unwrap();
+        tokio::spawn(conn.with_upgrades());
+        let req = http::Request::builder()
+            .uri(&path)
+            .header("host", "127.0.0.1")
+            .header("authorization", format!("Bearer {TOKEN}"))
+            .header("connection", "Upgrade")
+            .header("upgrade", "shout")
+            .body(http_body_util::Empty::<Bytes>::new())
+            .unwrap();
+        let resp = send.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 101, "{path}");
+        assert_eq!(resp.headers().get("upgrade").unwrap(), "shout");
+        let mut io = TokioIo::new(hyper::upgrade::on(resp).await.unwrap());
+        for word in ["hello", "again"] {
+            io.write_all(word.as_bytes()).await.unwrap();
+            let mut got = [0u8; 5];
+            io.read_exact(&mut got).await.unwrap();
+            assert_eq!(&got, word.to_ascii_uppercase().as_bytes(), "{path}");
+        }
     }
     server.shutdown().await;
 }
