@@ -117,7 +117,10 @@ pub async fn handle(
             .on_upgrade(move |socket| over_websocket(socket, target))
             .into_response());
     }
-    if !header_has(&req, header::UPGRADE, SPDY_UPGRADE) {
+    if req.version() != http::Version::HTTP_11
+        || !header_has(&req, header::CONNECTION, "upgrade")
+        || !header_has(&req, header::UPGRADE, SPDY_UPGRADE)
+    {
         return Err(ApiError::bad_request("Upgrade request required"));
     }
     if !header_has(&req, STREAM_PROTOCOL_HEADER, PROTOCOL) {
