@@ -129,15 +129,7 @@ pub async fn handle(
                 "container {container} is not running in pod {name} (exec needs the pod runner)"
             ))
         })?;
-    // As the real server (AuthorizePodWebsocketUpgradeCreatePermission, on since
-    // 1.31): a WebSocket exec is a GET, yet it needs `create` on pods/exec too.
-    if let Some(user) = req.extensions().get::<crate::auth::User>()
-        && !user.is_superuser()
-    {
-        let create =
-            crate::auth::Attributes::from_request("POST", req.uri().path(), &Default::default());
-        app.authorizer.authorize(&app.store, user, &create)?;
-    }
+    authorize_websocket_create(app, &req)?;
     let (mut parts, _body) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
@@ -146,6 +138,20 @@ pub async fn handle(
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
         .on_upgrade(move |socket| run(socket, opts, process))
         .into_response())
+}
+
+/// As the real server (AuthorizePodWebsocketUpgradeCreatePermission, on since
+/// 1.31): a WebSocket exec or port-forward is a GET, yet it needs `create` on its
+/// subresource too.
+pub(crate) fn authorize_websocket_create(app: &App, req: &Request) -> Result<(), ApiError> {
+    if let Some(user) = req.extensions().get::<crate::auth::User>()
+        && !user.is_superuser()
+    {
+        let create =
+            crate::auth::Attributes::from_request("POST", req.uri().path(), &Default::default());
+        app.authorizer.authorize(&app.store, user, &create)?;
+    }
+    Ok(())
 }
 
 fn frame(stream: u8, data: &[u8]) -> Message {

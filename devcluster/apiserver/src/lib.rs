@@ -19,6 +19,7 @@ mod openapi;
 pub mod patch;
 pub mod persist;
 mod podsecurity;
+mod portforward;
 pub mod protobuf;
 mod proxy;
 pub mod registry;
@@ -26,6 +27,7 @@ pub mod reqctx;
 mod scale;
 pub mod schema;
 pub mod selectors;
+pub mod spdy;
 pub mod store;
 pub mod table;
 

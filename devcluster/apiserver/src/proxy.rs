@@ -1,29 +1,51 @@
 //! Service and pod proxy: forwards a request (any method, streaming body) to a
-//! ready endpoint over plain HTTP, as the real API server's proxy subresource does.
+//! ready endpoint over plain HTTP/1.1, as the real API server's proxy subresource
+//! does, HTTP/1.1 upgrades (WebSocket) included.
 
 use std::sync::atomic::Ordering;
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use http::{HeaderName, Uri, header};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version, header};
 use serde_json::Value;
 
 use crate::errors::ApiError;
 use crate::http::App;
 use crate::registry::{GroupResource, ResourceDef};
 
+/// Headers that describe one connection, not the message (RFC 9110 7.6.1), and the
+/// client's credentials, which are for the API server only.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
     "keep-alive",
     "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
     "transfer-encoding",
     "upgrade",
     "te",
     "trailer",
-    "host",
-    "authorization",
 ];
+
+/// Drops the hop-by-hop headers, those the `Connection` header names too. What is
+/// left can go out on any HTTP version: the backend is spoken to in HTTP/1.1
+/// whatever the client used, and an HTTP/2 client must get no connection headers.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+        .collect();
+    for h in named {
+        headers.remove(h);
+    }
+    for h in HOP_BY_HOP {
+        headers.remove(*h);
+    }
+}
 
 /// `name`, `name:port` or `scheme:name:port`.
 fn split_name(raw: &str) -> (&str, Option<&str>) {
@@ -211,7 +233,7 @@ pub async fn handle(
     tail: &str,
     query: Option<String>,
     trailing_slash: bool,
-    req: Request,
+    mut req: Request,
 ) -> Result<Response, ApiError> {
     let (name, port) = split_name(raw_name);
     let backend = if def.gr.resource == "services" {
@@ -230,19 +252,72 @@ pub async fn handle(
     let uri: Uri = format!("http://{backend}{pq}")
         .parse()
         .map_err(|e| ApiError::bad_request(format!("bad proxy path: {e}")))?;
+    // An HTTP/1.1 upgrade (a WebSocket, say) is passed on, as the real proxy does;
+    // HTTP/2 has no Upgrade.
+    let upgrade = requested_upgrade(&req).map(|proto| (proto, hyper::upgrade::on(&mut req)));
     let (mut parts, body) = req.into_parts();
     parts.uri = uri;
-    for h in HOP_BY_HOP {
-        parts.headers.remove(HeaderName::from_static(h));
+    // An HTTP/2 request (kubectl's, by ALPN) goes on as HTTP/1.1; the client sets
+    // Host from the URI, as the real proxy addresses the endpoint.
+    parts.version = Version::HTTP_11;
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    parts.headers.remove(header::AUTHORIZATION);
+    if let Some((proto, _)) = &upgrade {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        parts.headers.insert(header::UPGRADE, proto.clone());
     }
     let fwd = http::Request::from_parts(parts, body);
-    let resp = app
+    let mut resp = app
         .proxy
         .request(fwd)
         .await
         .map_err(|e| ApiError::unavailable(format!("error trying to reach service: {e}")))?;
+    let switched = match upgrade {
+        Some((_, from_client)) if resp.status() == StatusCode::SWITCHING_PROTOCOLS => {
+            let from_backend = hyper::upgrade::on(&mut resp);
+            tokio::spawn(splice(from_client, from_backend));
+            resp.headers().get(header::UPGRADE).cloned()
+        }
+        _ => None,
+    };
     let (mut parts, body) = resp.into_parts();
-    parts.headers.remove(header::CONNECTION);
-    parts.headers.remove(header::TRANSFER_ENCODING);
+    strip_hop_by_hop(&mut parts.headers);
+    if let Some(proto) = switched {
+        parts
+            .headers
+            .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        parts.headers.insert(header::UPGRADE, proto);
+    }
     Ok(Response::from_parts(parts, Body::new(body)))
+}
+
+/// The protocol an HTTP/1.1 request asks to switch to (`Connection: upgrade`).
+fn requested_upgrade(req: &Request) -> Option<HeaderValue> {
+    let asks = req.version() == Version::HTTP_11
+        && req
+            .headers()
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    asks.then(|| req.headers().get(header::UPGRADE).cloned())
+        .flatten()
+}
+
+/// Copies bytes both ways between the client's and the backend's upgraded connections.
+async fn splice(client: hyper::upgrade::OnUpgrade, backend: hyper::upgrade::OnUpgrade) {
+    let (client, backend) = match futures::future::try_join(client, backend).await {
+        Ok(both) => both,
+        Err(e) => {
+            tracing::debug!("proxy upgrade failed: {e}");
+            return;
+        }
+    };
+    let mut client = hyper_util::rt::TokioIo::new(client);
+    let mut backend = hyper_util::rt::TokioIo::new(backend);
+    let _ = tokio::io::copy_bidirectional(&mut client, &mut backend).await;
 }

@@ -541,6 +541,7 @@ impl Registry {
             }
             if def.gr.group.is_empty() && def.gr.resource == "pods" {
                 resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
+                resources.push(json!({"name": "pods/portforward", "singularName": "", "namespaced": true, "kind": "PodPortForwardOptions", "verbs": ["create", "get"]}));
                 resources.push(json!({"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
             }
             if def.gr.group.is_empty() && def.gr.resource == "serviceaccounts" {
