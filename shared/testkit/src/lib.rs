@@ -1,0 +1,19 @@
+//! Test fixtures, one copy for every test in the tree: devcluster with the CRDs installed
+//! ([`TestCluster`]), a recording HTTP function registered the way a function pod shows up in a
+//! cluster ([`RecordingFunction`], [`register_function`]), the real brokers on loopback
+//! ([`Tansu`], [`NatsServer`], [`Moto`]), the service binaries as child processes
+//! ([`ServiceProcess`]) and small waiting and signalling helpers.
+//!
+//! Fixtures panic with a message that says what is missing and how to install it: they run only
+//! in tests, where a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod brokers;
+mod cluster;
+mod function;
+mod process;
+
+pub use brokers::{Moto, NatsServer, Tansu};
+pub use cluster::{NS, TestCluster, TestDir, register_function};
+pub use function::{Received, RecordingFunction, Reply};
+pub use process::{ServiceProcess, eventually, free_port, signal, target_dir};
