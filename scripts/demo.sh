@@ -14,6 +14,7 @@ keep=false
 [ "${1:-}" = "--keep" ] && keep=true
 
 if [ "${KUBELESS_SKIP_BUILD:-0}" != 1 ]; then
+  claim_target_dir
   log "building the binaries (first time: several minutes)"
   cargo build --locked --bins -p devcluster -p kubeless-runtime -p function-controller -p kubeless-cli
 fi

@@ -5,6 +5,27 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # Build output outside the checkout, so a fresh clone on the same machine reuses it.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kubeless-rs/target}"
 export PATH="$HOME/.cargo/bin:$PATH"
+
+# The build output is shared by every checkout on this machine, and cargo tells stale from fresh
+# by file times. A workspace crate built from another checkout (same names, sources here no
+# newer than that build) counts as fresh, with the other checkout's code and its paths baked in
+# (env!("CARGO_MANIFEST_DIR")). So a checkout that takes the target dir over from another one
+# marks its own files as changed, once. Only the workspace's crates rebuild; dependencies stay.
+claim_target_dir() {
+  local stamp="$CARGO_TARGET_DIR/.kubeless-checkout" previous
+  mkdir -p "$CARGO_TARGET_DIR"
+  previous="$(cat "$stamp" 2>/dev/null || true)"
+  [ "$previous" = "$ROOT" ] && return 0
+  if [ -d "$CARGO_TARGET_DIR/debug" ]; then
+    log "$CARGO_TARGET_DIR was last built from ${previous:-an unknown checkout}: this checkout's crates rebuild"
+    if git -C "$ROOT" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+      (cd "$ROOT" && git ls-files -z | xargs -0 touch -c --)
+    else
+      find "$ROOT" -type f -exec touch -c {} +
+    fi
+  fi
+  printf '%s\n' "$ROOT" >"$stamp"
+}
 # Incremental caches only pay off while editing; in a reused CI target dir they grow by tens of GB.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 

@@ -23,6 +23,8 @@ summary() {
 }
 trap summary EXIT
 
+claim_target_dir
+
 stage "install missing tools" ensure_tools
 stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings

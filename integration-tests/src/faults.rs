@@ -11,7 +11,10 @@ use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use kubeless_testkit::{Received, RecordingFunction, Reply};
+use std::path::{Path, PathBuf};
+
+use kubeless_testkit::{Received, RecordingFunction, Reply, ServiceProcess, TestCluster, signal};
+use nix::sys::signal::Signal;
 
 /// Events per case.
 pub const EVENTS: usize = 20_000;
@@ -122,12 +125,80 @@ impl<'a> Progress<'a> {
     }
 }
 
-/// The faults a case can cause.
-pub trait Faults {
-    /// SIGKILLs the trigger process and starts a new one.
-    fn kill_trigger(&mut self);
+/// The broker fault of a case.
+pub trait BrokerFault {
     /// Freezes or restarts the broker, and returns once it serves again.
-    fn broker_fault(&mut self) -> impl Future<Output = ()>;
+    fn hit(&mut self) -> impl Future<Output = ()>;
+}
+
+/// A broker that keeps its data in memory (tansu, moto): frozen with SIGSTOP for `for_`, then
+/// resumed, which stands in for a restart that would wipe it.
+pub struct Freeze {
+    pub pid: u32,
+    pub for_: Duration,
+}
+
+impl BrokerFault for Freeze {
+    async fn hit(&mut self) {
+        signal(self.pid, Signal::SIGSTOP);
+        tokio::time::sleep(self.for_).await;
+        signal(self.pid, Signal::SIGCONT);
+    }
+}
+
+/// The trigger binary under test: started, SIGKILLed and started again, each run logging to
+/// `<dir>/<bin>-<run>.log`.
+pub struct Trigger {
+    bin: &'static str,
+    dir: PathBuf,
+    env: Vec<(&'static str, String)>,
+    process: Option<ServiceProcess>,
+    runs: usize,
+}
+
+impl Trigger {
+    /// Starts `bin` against `cluster` (its kubeconfig, a free admin port, info logs) with the
+    /// case's own `env` besides.
+    pub fn start(
+        bin: &'static str,
+        cluster: &TestCluster,
+        env: Vec<(&'static str, String)>,
+    ) -> Self {
+        let mut all = vec![
+            ("KUBECONFIG", cluster.kubeconfig()),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".to_string()),
+            ("KUBELESS_LOG_LEVEL", "info".to_string()),
+        ];
+        all.extend(env);
+        let mut t = Self {
+            bin,
+            dir: cluster.dir.path().to_path_buf(),
+            env: all,
+            process: None,
+            runs: 0,
+        };
+        t.start_next();
+        t
+    }
+
+    fn start_next(&mut self) {
+        self.runs += 1;
+        let name = format!("{}-{}", self.bin, self.runs);
+        self.process = Some(ServiceProcess::start(self.bin, &self.dir, &name, &self.env));
+    }
+
+    /// SIGKILL (no drain, no commit, no goodbye to the broker), then a new process.
+    pub fn kill_and_restart(&mut self) {
+        if let Some(p) = self.process.take() {
+            p.kill();
+        }
+        self.start_next();
+    }
+
+    /// Whether the current process is still running.
+    pub fn running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(ServiceProcess::running)
+    }
 }
 
 /// Runs the fault schedule for `seed` while the events flow, then waits (up to `timeout` after
@@ -135,7 +206,8 @@ pub trait Faults {
 pub async fn run_schedule(
     case: &str,
     function: &RecordingFunction,
-    faults: &mut impl Faults,
+    trigger: &mut Trigger,
+    broker: &mut impl BrokerFault,
     seed: u64,
     timeout: Duration,
 ) -> Result<Duration, String> {
@@ -162,8 +234,8 @@ pub async fn run_schedule(
             start.elapsed().as_secs_f64()
         );
         match fault {
-            Fault::KillTrigger => faults.kill_trigger(),
-            Fault::Broker => faults.broker_fault().await,
+            Fault::KillTrigger => trigger.kill_and_restart(),
+            Fault::Broker => broker.hit().await,
         }
     }
     let deadline = Instant::now() + timeout;
@@ -274,6 +346,89 @@ impl fmt::Display for Counts {
             self.dead_letter_duplicates,
         )
     }
+}
+
+/// Reads the dead letters with `read` (one id per entry) until all poison events are there, or
+/// 30 s have passed: a dead letter is written before its event is acknowledged, so the last
+/// ones may still be on their way when the last 200 came.
+pub async fn dead_letters<F, Fut>(mut read: F) -> Vec<usize>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Vec<usize>>,
+{
+    let want = poison();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ids = read().await;
+        let complete = want.iter().all(|id| ids.contains(id));
+        if complete || Instant::now() > deadline {
+            return ids;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// A whole case once the events wait and the trigger runs: the fault schedule, the dead letters
+/// read back with `read_dead_letters`, the counts printed and checked (see [`check`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn run_case<F, Fut>(
+    case: &str,
+    function: &RecordingFunction,
+    trigger: &mut Trigger,
+    broker: &mut impl BrokerFault,
+    timeout: Duration,
+    ordered: bool,
+    cluster: &TestCluster,
+    read_dead_letters: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Vec<usize>>,
+{
+    let run = run_schedule(case, function, trigger, broker, seed(), timeout).await;
+    let dead_letters = dead_letters(read_dead_letters).await;
+    let counts = function.with_received(|all| Counts::from(all, &dead_letters));
+    check(
+        case,
+        run,
+        &counts,
+        trigger.running(),
+        ordered,
+        cluster.dir.path(),
+    );
+}
+
+/// Prints the counts and checks them: nothing lost, exactly the poison events dead-lettered,
+/// the trigger still running and, where the trigger promises it (`ordered`), order kept
+/// within each key.
+pub fn check(
+    case: &str,
+    run: Result<Duration, String>,
+    counts: &Counts,
+    trigger_running: bool,
+    ordered: bool,
+    logs: &Path,
+) {
+    eprintln!("{case}: {counts}");
+    let logs = logs.display();
+    if let Err(e) = run {
+        panic!("{e}; logs in {logs}");
+    }
+    assert!(
+        trigger_running,
+        "{case}: the last trigger process exited; logs in {logs}"
+    );
+    assert_eq!(counts.lost, 0, "{case}: events lost: {counts}");
+    if ordered {
+        assert_eq!(
+            counts.out_of_order, 0,
+            "{case}: order within a key broken: {counts}"
+        );
+    }
+    assert_eq!(
+        counts.dead_letter_mismatch, 0,
+        "{case}: dead letters: {counts}"
+    );
+    assert_eq!(counts.poison_delivered, 0, "{case}: {counts}");
 }
 
 /// When the faults come, as fractions of the deliverable events delivered: three SIGKILLs of

@@ -10,13 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::faults::{self, Counts, EVENTS, Faults, KEYS, MAX_ATTEMPTS};
+use integration_tests::faults::{self, EVENTS, Freeze, KEYS, MAX_ATTEMPTS, Trigger};
 use kube::api::{Api, PostParams};
 use kubeless_api::KafkaTrigger;
-use kubeless_testkit::{
-    NS, RecordingFunction, ServiceProcess, Tansu, TestCluster, register_function, signal,
-};
-use nix::sys::signal::Signal;
+use kubeless_testkit::{NS, RecordingFunction, Tansu, TestCluster, register_function};
 use rdkafka::ClientConfig;
 use rdkafka::Message;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -29,49 +26,6 @@ const PARTITIONS: usize = 4;
 const TOPIC: &str = "events";
 const DLQ: &str = "events-dlq";
 const FREEZE: Duration = Duration::from_secs(20);
-
-struct KafkaFaults<'a> {
-    cluster: &'a TestCluster,
-    broker: &'a Tansu,
-    trigger: Option<ServiceProcess>,
-    runs: usize,
-}
-
-impl KafkaFaults<'_> {
-    fn start_trigger(&mut self) {
-        self.runs += 1;
-        self.trigger = Some(ServiceProcess::start(
-            "kafka-trigger",
-            self.cluster.dir.path(),
-            &format!("kafka-trigger-{}", self.runs),
-            &[
-                ("KUBECONFIG", self.cluster.kubeconfig()),
-                ("KAFKA_BROKERS", self.broker.addr.clone()),
-                // tansu holds a join for about half the session timeout.
-                ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
-                ("KAFKA_COMMIT_INTERVAL_MS", "100".into()),
-                ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-                ("KUBELESS_RESOLVER", "endpointslices".into()),
-                ("KUBELESS_LOG_LEVEL", "info".into()),
-            ],
-        ));
-    }
-}
-
-impl Faults for KafkaFaults<'_> {
-    fn kill_trigger(&mut self) {
-        if let Some(t) = self.trigger.take() {
-            t.kill();
-        }
-        self.start_trigger();
-    }
-
-    async fn broker_fault(&mut self) {
-        signal(self.broker.pid(), Signal::SIGSTOP);
-        tokio::time::sleep(FREEZE).await;
-        signal(self.broker.pid(), Signal::SIGCONT);
-    }
-}
 
 async fn create_topics(broker: &Tansu) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -116,9 +70,9 @@ async fn produce_all(broker: &Tansu) {
     }
 }
 
-/// The ids in the dead-letter topic, one per record, read until `want` distinct ids came and
-/// nothing more arrives for 2 s, or 30 s passed.
-async fn read_dead_letters(broker: &Tansu, want: usize) -> Vec<usize> {
+/// The ids in the dead-letter topic, one per record: everything there until nothing more comes
+/// for 2 s.
+async fn read_dead_letters(broker: &Tansu) -> Vec<usize> {
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
         .set("group.id", "fault-suite-dlq-reader")
@@ -129,15 +83,8 @@ async fn read_dead_letters(broker: &Tansu, want: usize) -> Vec<usize> {
         .unwrap();
     consumer.subscribe(&[DLQ]).unwrap();
     let mut ids = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let distinct = ids.iter().collect::<std::collections::BTreeSet<_>>().len();
-        let wait = if distinct >= want {
-            Duration::from_secs(2)
-        } else {
-            deadline.saturating_duration_since(Instant::now())
-        };
-        match tokio::time::timeout(wait, consumer.recv()).await {
+        match tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await {
             Ok(Ok(m)) => {
                 if let Some(id) = m.payload().and_then(faults::id_of) {
                     ids.push(id);
@@ -182,39 +129,32 @@ async fn kafka_trigger_loses_nothing_through_kills_a_frozen_broker_and_failing_c
         produced.elapsed().as_secs_f64()
     );
 
-    let mut faults_ = KafkaFaults {
-        cluster: &cluster,
-        broker: &broker,
-        trigger: None,
-        runs: 0,
+    let mut trigger = Trigger::start(
+        "kafka-trigger",
+        &cluster,
+        vec![
+            ("KAFKA_BROKERS", broker.addr.clone()),
+            // tansu holds a join for about half the session timeout.
+            ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+            ("KAFKA_COMMIT_INTERVAL_MS", "100".into()),
+            ("KUBELESS_RESOLVER", "endpointslices".into()),
+        ],
+    );
+    let mut freeze = Freeze {
+        pid: broker.pid(),
+        for_: FREEZE,
     };
-    faults_.start_trigger();
-    let seed = faults::seed();
-    let run = faults::run_schedule(
+    faults::run_case(
         "kafka",
         &function,
-        &mut faults_,
-        seed,
+        &mut trigger,
+        &mut freeze,
         Duration::from_secs(240),
+        true,
+        &cluster,
+        || read_dead_letters(&broker),
     )
     .await;
-    let dead_letters = read_dead_letters(&broker, faults::poison().len()).await;
-    let counts = function.with_received(|all| Counts::from(all, &dead_letters));
-    eprintln!("kafka: {counts}");
-    let logs = cluster.dir.path().display().to_string();
-    let trigger_alive = faults_.trigger.as_mut().is_some_and(|t| t.running());
-    drop(faults_);
-    run.unwrap_or_else(|e| panic!("{e}; logs in {logs}"));
-    assert!(
-        trigger_alive,
-        "the last kafka-trigger exited; logs in {logs}"
-    );
-    assert_eq!(counts.lost, 0, "events lost: {counts}");
-    assert_eq!(
-        counts.out_of_order, 0,
-        "order within a key broken: {counts}"
-    );
-    assert_eq!(counts.dead_letter_mismatch, 0, "dead letters: {counts}");
-    assert_eq!(counts.poison_delivered, 0, "{counts}");
+    drop(trigger);
     cluster.shutdown().await;
 }

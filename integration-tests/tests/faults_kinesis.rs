@@ -14,14 +14,11 @@ use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
-use integration_tests::faults::{self, Counts, EVENTS, Faults, MAX_ATTEMPTS};
+use integration_tests::faults::{self, EVENTS, Freeze, MAX_ATTEMPTS, Trigger};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kubeless_api::KinesisTrigger;
-use kubeless_testkit::{
-    Moto, NS, RecordingFunction, ServiceProcess, TestCluster, eventually, register_function, signal,
-};
-use nix::sys::signal::Signal;
+use kubeless_testkit::{Moto, NS, RecordingFunction, TestCluster, eventually, register_function};
 use serde_json::json;
 
 const STREAM: &str = "events";
@@ -106,48 +103,6 @@ async fn read_dead_letters(k: &KinesisClient, stream: &str) -> Vec<usize> {
     ids
 }
 
-struct KinesisFaults<'a> {
-    cluster: &'a TestCluster,
-    moto: &'a Moto,
-    trigger: Option<ServiceProcess>,
-    runs: usize,
-}
-
-impl KinesisFaults<'_> {
-    fn start_trigger(&mut self) {
-        self.runs += 1;
-        self.trigger = Some(ServiceProcess::start(
-            "kinesis-trigger",
-            self.cluster.dir.path(),
-            &format!("kinesis-trigger-{}", self.runs),
-            &[
-                ("KUBECONFIG", self.cluster.kubeconfig()),
-                ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-                ("KUBELESS_LOG_LEVEL", "info".into()),
-                ("KUBELESS_KINESIS_POLL_INTERVAL_MS", "100".into()),
-                ("KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS", "200".into()),
-                ("KUBELESS_KINESIS_CHECKPOINT_INTERVAL_MS", "200".into()),
-            ],
-        ));
-        let _ = self.moto;
-    }
-}
-
-impl Faults for KinesisFaults<'_> {
-    fn kill_trigger(&mut self) {
-        if let Some(t) = self.trigger.take() {
-            t.kill();
-        }
-        self.start_trigger();
-    }
-
-    async fn broker_fault(&mut self) {
-        signal(self.moto.pid(), Signal::SIGSTOP);
-        tokio::time::sleep(FREEZE).await;
-        signal(self.moto.pid(), Signal::SIGCONT);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_failing_calls() {
     let moto = Moto::start();
@@ -215,45 +170,30 @@ async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_faili
         put.elapsed().as_secs_f64()
     );
 
-    let mut faults_ = KinesisFaults {
-        cluster: &cluster,
-        moto: &moto,
-        trigger: None,
-        runs: 0,
+    let mut trigger = Trigger::start(
+        "kinesis-trigger",
+        &cluster,
+        vec![
+            ("KUBELESS_KINESIS_POLL_INTERVAL_MS", "100".into()),
+            ("KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS", "200".into()),
+            ("KUBELESS_KINESIS_CHECKPOINT_INTERVAL_MS", "200".into()),
+        ],
+    );
+    let mut freeze = Freeze {
+        pid: moto.pid(),
+        for_: FREEZE,
     };
-    faults_.start_trigger();
-    let seed = faults::seed();
-    let run = faults::run_schedule(
+    faults::run_case(
         "kinesis",
         &function,
-        &mut faults_,
-        seed,
+        &mut trigger,
+        &mut freeze,
         Duration::from_secs(300),
+        true,
+        &cluster,
+        || read_dead_letters(&k, DLQ),
     )
     .await;
-    let want = faults::poison().len();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut dead_letters = read_dead_letters(&k, DLQ).await;
-    while dead_letters.len() < want && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        dead_letters = read_dead_letters(&k, DLQ).await;
-    }
-    let counts = function.with_received(|all| Counts::from(all, &dead_letters));
-    eprintln!("kinesis: {counts}");
-    let logs = cluster.dir.path().display().to_string();
-    let trigger_alive = faults_.trigger.as_mut().is_some_and(|t| t.running());
-    drop(faults_);
-    run.unwrap_or_else(|e| panic!("{e}; logs in {logs}"));
-    assert!(
-        trigger_alive,
-        "the last kinesis-trigger exited; logs in {logs}"
-    );
-    assert_eq!(counts.lost, 0, "events lost: {counts}");
-    assert_eq!(
-        counts.out_of_order, 0,
-        "order within a key broken: {counts}"
-    );
-    assert_eq!(counts.dead_letter_mismatch, 0, "dead letters: {counts}");
-    assert_eq!(counts.poison_delivered, 0, "{counts}");
+    drop(trigger);
     cluster.shutdown().await;
 }

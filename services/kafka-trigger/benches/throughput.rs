@@ -138,13 +138,34 @@ async fn produce_all(broker: &Broker, topic: &str) -> (u64, Duration) {
     (start_us, t0.elapsed())
 }
 
-async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering) {
-    let topic = format!("bench-{ordering}");
+/// What one run measured.
+struct Run {
+    records_per_s: f64,
+    /// All records arrived within the deadline and never waited 2 s for the next one.
+    clean: bool,
+}
+
+/// Longest wait for the next record that still counts as a clean run.
+const STALL: Duration = Duration::from_secs(2);
+
+async fn trigger_run(
+    c: &Cluster,
+    broker: &Broker,
+    s: &Sink,
+    ordering: Ordering,
+    run: usize,
+) -> Run {
+    let name = if run == 0 {
+        format!("bench-{ordering}")
+    } else {
+        format!("bench-{ordering}-{run}")
+    };
+    let topic = name.clone();
     broker.create_topic(&topic, PARTITIONS).await;
     let api: kube::Api<kubeless_api::KafkaTrigger> = kube::Api::namespaced(c.client.clone(), NS);
     let t: kubeless_api::KafkaTrigger = serde_json::from_value(json!({
         "apiVersion": "kubeless.io/v1beta1", "kind": "KafkaTrigger",
-        "metadata": {"name": format!("bench-{ordering}"), "namespace": NS,
+        "metadata": {"name": name, "namespace": NS,
                      "annotations": {"kafkatriggers.kubeless.io/ordering": ordering.as_str()}},
         "spec": {"topic": topic, "functionSelector": {"matchLabels": {"app": "bench"}}},
     }))
@@ -152,7 +173,7 @@ async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering)
     api.create(&Default::default(), &t).await.unwrap();
     // Wait until the group owns the partitions (Ready) before producing.
     eventually("trigger Ready", Duration::from_secs(60), || async {
-        let t = api.get(&format!("bench-{ordering}")).await.ok()?;
+        let t = api.get(&name).await.ok()?;
         kubeless_api::conditions::is_ready(&t.status?.conditions).then_some(())
     })
     .await;
@@ -161,9 +182,21 @@ async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering)
     s.latencies_us.lock().unwrap().clear();
     let (start_us, produce_time) = produce_all(broker, &topic).await;
     let deadline = Instant::now() + Duration::from_secs(240);
+    // The longest time without a new record while some were still missing: a stall shows here.
+    let (mut last_count, mut last_change, mut longest_idle) = (0, Instant::now(), Duration::ZERO);
     while (s.count.load(AtomicOrdering::SeqCst) as usize) < N && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = s.count.load(AtomicOrdering::SeqCst);
+        if now != last_count {
+            longest_idle = longest_idle.max(last_change.elapsed());
+            (last_count, last_change) = (now, Instant::now());
+        }
     }
+    longest_idle = longest_idle.max(if (last_count as usize) < N {
+        last_change.elapsed()
+    } else {
+        Duration::ZERO
+    });
     let got = s.count.load(AtomicOrdering::SeqCst) as usize;
     let elapsed = Duration::from_micros(
         s.last_us
@@ -172,16 +205,26 @@ async fn trigger_run(c: &Cluster, broker: &Broker, s: &Sink, ordering: Ordering)
     );
     let mut lat = s.latencies_us.lock().unwrap().clone();
     lat.sort_unstable();
+    let records_per_s = got as f64 / elapsed.as_secs_f64();
+    let clean = got == N && longest_idle < STALL;
     println!(
-        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | producer alone {:>8.0} records/s",
+        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | longest wait for a record {:>6} ms{} | producer alone {:>8.0} records/s",
         ordering.as_str(),
         elapsed.as_secs_f64(),
-        got as f64 / elapsed.as_secs_f64(),
+        records_per_s,
         pct(&lat, 0.5),
         pct(&lat, 0.99),
         pct(&lat, 1.0),
+        longest_idle.as_millis(),
+        if clean { "" } else { " STALLED" },
         N as f64 / produce_time.as_secs_f64(),
     );
+    // The trigger goes, so its consumer leaves and does not poll beside the next runs.
+    let _ = api.delete(&name, &Default::default()).await;
+    Run {
+        records_per_s,
+        clean,
+    }
 }
 
 async fn consume_only(broker: &Broker, topic: &str) {
@@ -287,12 +330,36 @@ fn main() {
             .split(',')
             .filter_map(|m| m.parse().ok())
             .collect();
+        // KT_BENCH_RUNS: runs of the first mode, for the median and the stall count.
+        let runs: usize = std::env::var("KT_BENCH_RUNS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .max(1);
         calls_only(s.addr, 4).await;
         calls_only(s.addr, 128).await;
         for (i, mode) in modes.iter().enumerate() {
-            trigger_run(&c, &broker, &s, *mode).await;
             if i == 0 {
+                let mut results = Vec::with_capacity(runs);
+                for run in 0..runs {
+                    results.push(trigger_run(&c, &broker, &s, *mode, run).await);
+                }
                 consume_only(&broker, &format!("bench-{mode}")).await;
+                if runs > 1 {
+                    let clean = results.iter().filter(|r| r.clean).count();
+                    let mut rates: Vec<f64> = results.iter().map(|r| r.records_per_s).collect();
+                    rates.sort_by(f64::total_cmp);
+                    println!(
+                        "ordering={} over {runs} runs: median {:.0} records/s (min {:.0}, max {:.0}); {clean} of {runs} clean (all records, no wait over {} ms)",
+                        mode.as_str(),
+                        rates[rates.len() / 2],
+                        rates[0],
+                        rates[rates.len() - 1],
+                        STALL.as_millis(),
+                    );
+                }
+            } else {
+                trigger_run(&c, &broker, &s, *mode, 0).await;
             }
         }
         token.cancel();
