@@ -14,12 +14,11 @@ use integration_tests::faults::{self, EVENTS, Freeze, KEYS, MAX_ATTEMPTS, Trigge
 use kube::api::{Api, PostParams};
 use kubeless_api::KafkaTrigger;
 use kubeless_testkit::{NS, RecordingFunction, Tansu, TestCluster, register_function};
-use rdkafka::ClientConfig;
-use rdkafka::Message;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::json;
 
 const PARTITIONS: usize = 4;
@@ -70,8 +69,8 @@ async fn produce_all(broker: &Tansu) {
     }
 }
 
-/// The ids in the dead-letter topic, one per record: everything there until nothing more comes
-/// for 2 s.
+/// The ids in the dead-letter topic (one partition), one per record: everything there until
+/// nothing more comes for 2 s.
 async fn read_dead_letters(broker: &Tansu) -> Vec<usize> {
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
@@ -81,7 +80,10 @@ async fn read_dead_letters(broker: &Tansu) -> Vec<usize> {
         .set("session.timeout.ms", "6000")
         .create()
         .unwrap();
-    consumer.subscribe(&[DLQ]).unwrap();
+    // Assigned, not subscribed: no group join to wait for.
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(DLQ, 0, Offset::Beginning).unwrap();
+    consumer.assign(&tpl).unwrap();
     let mut ids = Vec::new();
     loop {
         match tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await {
