@@ -148,10 +148,25 @@ struct Run {
 /// Longest wait for the next record that still counts as a clean run.
 const STALL: Duration = Duration::from_secs(2);
 
+/// Assignments and revocations the trigger's consumer group has seen (its metric).
+fn rebalances(metrics: &kubeless_service::Metrics, trigger: &str) -> (u64, u64) {
+    let text = metrics.encode().unwrap_or_default();
+    let count = |kind: &str| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with("kubeless_kafka_trigger_rebalances_total{"))
+            .filter(|l| l.contains(&format!("trigger=\"{trigger}\"")))
+            .filter(|l| l.contains(&format!("kind=\"{kind}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    (count("assign"), count("revoke"))
+}
+
 async fn trigger_run(
     c: &Cluster,
     broker: &Broker,
     s: &Sink,
+    metrics: &kubeless_service::Metrics,
     ordering: Ordering,
     run: usize,
 ) -> Run {
@@ -177,7 +192,24 @@ async fn trigger_run(
         kubeless_api::conditions::is_ready(&t.status?.conditions).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(4)).await; // group join settles on tansu
+    // The group owns its partitions and has not rebalanced for 2 s: tansu may follow the first
+    // assignment with another round while the join settles, and a round during the run
+    // restarts the partitions from their last commit.
+    let mut settled = (rebalances(metrics, &name), Instant::now());
+    eventually(
+        "group assigned and settled",
+        Duration::from_secs(60),
+        || {
+            let now = rebalances(metrics, &name);
+            if now != settled.0 {
+                settled = (now, Instant::now());
+            }
+            let ok = now.0 > 0 && settled.1.elapsed() >= Duration::from_secs(2);
+            async move { ok.then_some(()) }
+        },
+    )
+    .await;
+    let before = rebalances(metrics, &name);
     s.count.store(0, AtomicOrdering::SeqCst);
     s.latencies_us.lock().unwrap().clear();
     let (start_us, produce_time) = produce_all(broker, &topic).await;
@@ -205,10 +237,12 @@ async fn trigger_run(
     );
     let mut lat = s.latencies_us.lock().unwrap().clone();
     lat.sort_unstable();
+    let after = rebalances(metrics, &name);
+    let rounds = (after.0 - before.0, after.1 - before.1);
     let records_per_s = got as f64 / elapsed.as_secs_f64();
     let clean = got == N && longest_idle < STALL;
     println!(
-        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | longest wait for a record {:>6} ms{} | producer alone {:>8.0} records/s",
+        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | longest wait for a record {:>6} ms{} | rebalances during the run: {} assign, {} revoke | producer alone {:>8.0} records/s",
         ordering.as_str(),
         elapsed.as_secs_f64(),
         records_per_s,
@@ -217,6 +251,8 @@ async fn trigger_run(
         pct(&lat, 1.0),
         longest_idle.as_millis(),
         if clean { "" } else { " STALLED" },
+        rounds.0,
+        rounds.1,
         N as f64 / produce_time.as_secs_f64(),
     );
     // The trigger goes, so its consumer leaves and does not poll beside the next runs.
@@ -342,7 +378,7 @@ fn main() {
             if i == 0 {
                 let mut results = Vec::with_capacity(runs);
                 for run in 0..runs {
-                    results.push(trigger_run(&c, &broker, &s, *mode, run).await);
+                    results.push(trigger_run(&c, &broker, &s, &metrics, *mode, run).await);
                 }
                 consume_only(&broker, &format!("bench-{mode}")).await;
                 if runs > 1 {
@@ -359,7 +395,7 @@ fn main() {
                     );
                 }
             } else {
-                trigger_run(&c, &broker, &s, *mode, 0).await;
+                trigger_run(&c, &broker, &s, &metrics, *mode, 0).await;
             }
         }
         token.cancel();

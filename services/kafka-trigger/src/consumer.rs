@@ -211,6 +211,7 @@ impl ConsumerContext for GroupContext {
                 .map(|e| e.partition())
                 .collect();
             tracing::info!(group = %self.state.spec.group, ?parts, "partitions revoked: draining");
+            self.state.metrics.revoked.inc();
             self.state.release(consumer, &parts, None);
         }
     }
@@ -219,6 +220,7 @@ impl ConsumerContext for GroupContext {
         if let Rebalance::Assign(tpl) = rebalance {
             let parts: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
             tracing::info!(group = %self.state.spec.group, ?parts, "partitions assigned");
+            self.state.metrics.assigned.inc();
         }
     }
 

@@ -41,6 +41,8 @@ pub struct TriggerMetrics {
     pub commit_failures: Counter,
     /// Status patches by result.
     pub status_writes: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Partition assignments and revocations by the group coordinator.
+    rebalances: Family<OutcomeLabels, Counter>,
 }
 
 impl TriggerMetrics {
@@ -54,6 +56,7 @@ impl TriggerMetrics {
             consumers: Gauge::default(),
             commit_failures: Counter::default(),
             status_writes: Family::default(),
+            rebalances: Family::default(),
         };
         metrics.register_with("kafka_trigger", |r| {
             r.register(
@@ -86,6 +89,13 @@ impl TriggerMetrics {
                 "commit_failures",
                 "Offset commits the broker refused or that failed",
                 m.commit_failures.clone(),
+            );
+            r.register(
+                "rebalances",
+                "Partition assignments and revocations of a consumer group, by kind (assign, revoke); \
+                 a rise while records flow means a rejoin, and the partitions restart from their \
+                 last commit",
+                m.rebalances.clone(),
             );
             r.register(
                 "status_writes",
@@ -127,9 +137,17 @@ impl TriggerMetrics {
             .deliveries
             .get_or_create(&with_outcome(outcome::SKIPPED))
             .clone();
+        let with_kind = |k: &str| {
+            let [a, b, c] = base.clone();
+            [a, b, c, ("kind", k.to_string())]
+        };
+        let assigned = self.rebalances.get_or_create(&with_kind("assign")).clone();
+        let revoked = self.rebalances.get_or_create(&with_kind("revoke")).clone();
         let retries = self.retries.get_or_create(&base).clone();
         let latency = self.latency.get_or_create(&base).clone();
         ConsumerMetrics {
+            assigned,
+            revoked,
             delivered,
             dead_lettered,
             skipped,
@@ -147,6 +165,10 @@ impl TriggerMetrics {
 /// One consumer's handles into the families.
 #[derive(Clone)]
 pub struct ConsumerMetrics {
+    /// Assignments received from the group coordinator.
+    pub assigned: Counter,
+    /// Revocations received from the group coordinator.
+    pub revoked: Counter,
     pub delivered: Counter,
     pub dead_lettered: Counter,
     pub skipped: Counter,

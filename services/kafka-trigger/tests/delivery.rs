@@ -31,10 +31,10 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
     broker.create_topic("orders", 4).await;
     broker.create_topic("orders-dlq", 1).await;
     let c = cluster(None).await;
-    let sink = FnServer::start(Duration::ZERO).await;
-    let audit = FnServer::start(Duration::ZERO).await;
-    register_function(&c.client, "sink", &[("app", "orders")], sink.addr).await;
-    register_function(&c.client, "audit", &[("app", "none")], audit.addr).await;
+    let sink = fn_server(Duration::ZERO).await;
+    let audit = fn_server(Duration::ZERO).await;
+    register_function(&c.client, "sink", json!({"app": "orders"}), "5", sink.addr).await;
+    register_function(&c.client, "audit", json!({"app": "none"}), "5", audit.addr).await;
     create_trigger(
         &c.client,
         "kt",
@@ -92,7 +92,7 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
             let seen: BTreeSet<usize> = sink
                 .received()
                 .iter()
-                .filter_map(|r| serde_json::from_str::<serde_json::Value>(&r.body).ok())
+                .filter_map(|r| serde_json::from_slice::<serde_json::Value>(&r.body).ok())
                 .filter_map(|v| v["id"].as_u64().map(|i| i as usize))
                 .collect();
             (seen == ok_ids).then_some(())
@@ -102,24 +102,24 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
     let got = sink.received();
     let mut attempts: HashMap<String, usize> = HashMap::new();
     for r in &got {
-        *attempts.entry(r.body.clone()).or_default() += 1;
+        *attempts.entry(r.body_text()).or_default() += 1;
     }
     for i in &fail_ids {
         assert_eq!(attempts[&format!("fail-{i}")], 3, "fail-{i} attempts");
     }
 
     // Headers.
-    let first = got.iter().find(|r| r.body == "{\"id\":0}").unwrap();
-    assert_eq!(first.h("event-namespace"), "kafkatriggers.kubeless.io");
-    assert_eq!(first.h("event-topic"), "orders");
-    assert_eq!(first.h("event-key"), "k0");
-    assert_eq!(first.h("event-partition"), "0");
-    assert_eq!(first.h("event-offset"), "0");
-    assert_eq!(first.h("event-id"), "orders-0-0");
-    assert_eq!(first.h("content-type"), "application/json");
-    assert_eq!(first.h("kafka-header-trace-tag"), "t1");
-    assert!(!first.h("event-time").is_empty());
-    assert!(!first.h("traceparent").is_empty());
+    let first = got.iter().find(|r| r.body_text() == "{\"id\":0}").unwrap();
+    assert_eq!(first.header("event-namespace"), "kafkatriggers.kubeless.io");
+    assert_eq!(first.header("event-topic"), "orders");
+    assert_eq!(first.header("event-key"), "k0");
+    assert_eq!(first.header("event-partition"), "0");
+    assert_eq!(first.header("event-offset"), "0");
+    assert_eq!(first.header("event-id"), "orders-0-0");
+    assert_eq!(first.header("content-type"), "application/json");
+    assert_eq!(first.header("kafka-header-trace-tag"), "t1");
+    assert!(!first.header("event-time").is_empty());
+    assert!(!first.header("traceparent").is_empty());
 
     // Order per partition: offsets arrive in increasing order (retries repeat the same offset),
     // and a failing record's retries all come before the next offset of its partition.
@@ -301,7 +301,7 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
         "audit got every good record",
         Duration::from_secs(90),
         || async {
-            let seen: BTreeSet<String> = audit.received().iter().map(|r| r.body.clone()).collect();
+            let seen: BTreeSet<String> = audit.received().iter().map(|r| r.body_text()).collect();
             ok_ids
                 .iter()
                 .all(|i| seen.contains(&format!("{{\"id\":{i}}}")))
@@ -339,7 +339,7 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
         || async {
             sink.received()
                 .iter()
-                .any(|r| r.body == "{\"id\":\"late\"}")
+                .any(|r| r.body_text() == "{\"id\":\"late\"}")
                 .then_some(())
         },
     )
@@ -355,7 +355,7 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
         .await
         .expect("drained in time")
         .unwrap();
-    sink.stop();
-    audit.stop();
+    drop(sink);
+    drop(audit);
     c.cluster.shutdown().await;
 }

@@ -65,8 +65,8 @@ async fn a_malformed_trigger_costs_only_itself() {
         };
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
-    let sink = FnServer::start(Duration::ZERO).await;
-    register_function(&client, "sink", &[("app", "orders")], sink.addr).await;
+    let sink = fn_server(Duration::ZERO).await;
+    register_function(&client, "sink", json!({"app": "orders"}), "5", sink.addr).await;
     create_trigger(
         &client,
         "good",

@@ -6,44 +6,30 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
+use kubeless_testkit::ServiceProcess;
+use nix::sys::signal::Signal;
 use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> Child {
-    let log = std::fs::File::create(c.dir.path().join(log)).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_kafka-trigger"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", c.cluster.kubeconfig_path())
-        .env("KAFKA_BROKERS", &broker.addr)
-        .env("KAFKA_SESSION_TIMEOUT_MS", "6000")
-        .env("KAFKA_COMMIT_INTERVAL_MS", "100")
-        .env("KUBELESS_ADMIN_ADDR", "127.0.0.1:0")
-        .env("KUBELESS_RESOLVER", "endpointslices")
-        .env("KUBELESS_LOG_LEVEL", "info")
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap()
-}
-
-fn sigterm_and_time_exit(child: &mut Child) -> Option<Duration> {
-    signal(child.id(), "-TERM");
-    let start = Instant::now();
-    while start.elapsed() < LIMIT {
-        if child.try_wait().unwrap().is_some() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> ServiceProcess {
+    ServiceProcess::start(
+        "kafka-trigger",
+        c.dir.path(),
+        log,
+        &[
+            ("KUBECONFIG", c.kubeconfig()),
+            ("KAFKA_BROKERS", broker.addr.clone()),
+            ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+            ("KAFKA_COMMIT_INTERVAL_MS", "100".into()),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+            ("KUBELESS_RESOLVER", "endpointslices".into()),
+            ("KUBELESS_LOG_LEVEL", "info".into()),
+        ],
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,8 +37,8 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     let broker = Broker::start();
     broker.create_topic("events", 2).await;
     let c = cluster(None).await;
-    let sink = FnServer::start(Duration::ZERO).await;
-    register_function(&c.client, "sink", &[("app", "events")], sink.addr).await;
+    let sink = fn_server(Duration::ZERO).await;
+    register_function(&c.client, "sink", json!({"app": "events"}), "5", sink.addr).await;
     create_trigger(
         &c.client,
         "kt",
@@ -61,7 +47,7 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     .await;
     let producer = broker.producer();
     let deliver = |n: usize| {
-        let sink = sink.clone();
+        let sink = &sink;
         async move {
             eventually("records delivered", Duration::from_secs(90), || async {
                 (sink.received().len() >= n).then_some(())
@@ -71,7 +57,7 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     };
 
     // Broker healthy: the baseline.
-    let mut healthy = spawn_trigger(&c, &broker, "healthy.log");
+    let healthy = spawn_trigger(&c, &broker, "healthy.log");
     for i in 0..5 {
         produce(
             &producer,
@@ -84,10 +70,10 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
         .await;
     }
     deliver(5).await;
-    let up = sigterm_and_time_exit(&mut healthy);
+    let up = healthy.terminate(LIMIT);
 
     // Broker frozen while the trigger consumes: SIGSTOP the broker, then SIGTERM the trigger.
-    let mut frozen = spawn_trigger(&c, &broker, "frozen.log");
+    let frozen = spawn_trigger(&c, &broker, "frozen.log");
     for i in 5..10 {
         produce(
             &producer,
@@ -101,10 +87,10 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
     }
     deliver(10).await;
     let broker_pid = broker.pid();
-    signal(broker_pid, "-STOP");
+    signal(broker_pid, Signal::SIGSTOP);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let stopped = sigterm_and_time_exit(&mut frozen);
-    signal(broker_pid, "-CONT");
+    let stopped = frozen.terminate(LIMIT);
+    signal(broker_pid, Signal::SIGCONT);
 
     let show =
         |t: Option<Duration>| t.map_or("> 10 s".into(), |d| format!("{:.2} s", d.as_secs_f64()));
@@ -123,6 +109,6 @@ async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
         "frozen broker: still running 10 s after SIGTERM; logs in {}",
         c.dir.path().display()
     );
-    sink.stop();
+    drop(sink);
     c.cluster.shutdown().await;
 }

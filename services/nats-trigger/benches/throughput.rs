@@ -21,7 +21,7 @@ fn rate(n: usize, d: Duration) -> f64 {
     n as f64 / d.as_secs_f64()
 }
 
-async fn wait_count(f: &FakeFunction, n: usize, limit: Duration) -> Duration {
+async fn wait_count(f: &RecordingFunction, n: usize, limit: Duration) -> Duration {
     let start = Instant::now();
     while f.count() < n {
         assert!(
@@ -35,7 +35,7 @@ async fn wait_count(f: &FakeFunction, n: usize, limit: Duration) -> Duration {
 }
 
 async fn baseline(n: usize, concurrency: usize) -> f64 {
-    let f = FakeFunction::echo().await;
+    let f = RecordingFunction::echo().await;
     let resolver = StaticResolver::single(Endpoint::parse(&format!("http://{}/", f.addr)).unwrap());
     let invoker = Invoker::new(Arc::new(resolver));
     let target = FunctionTarget::new("default", "base").with_timeout(Duration::from_secs(10));
@@ -59,9 +59,8 @@ async fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let publisher = nats_server.client().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let publisher = nats_client(&nats_server).await;
     let js = async_nats::jetstream::new(publisher.clone());
     js.create_stream(async_nats::jetstream::stream::Config {
         name: "BENCH".into(),
@@ -85,7 +84,7 @@ async fn main() {
 
         // core NATS
         let name = format!("core{in_flight}");
-        let f = FakeFunction::echo().await;
+        let f = RecordingFunction::echo().await;
         register_function(&client, &name, json!({"bench": name}), "10", f.addr).await;
         create_trigger(
             &client,
@@ -116,7 +115,7 @@ async fn main() {
 
         // JetStream
         let name = format!("js{in_flight}");
-        let f = FakeFunction::echo().await;
+        let f = RecordingFunction::echo().await;
         register_function(&client, &name, json!({"bench": name}), "10", f.addr).await;
         create_trigger(
             &client,

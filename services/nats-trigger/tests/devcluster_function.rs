@@ -136,7 +136,7 @@ async fn nats_request_reaches_a_real_python_function_pod() {
     let nats_server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let images = image_map(dir.path());
-    let (cluster, client) = cluster(&dir.path().join("state"), Some(images)).await;
+    let (cluster, client, _state) = cluster(Some(images)).await;
     deploy_python_function(&client, "greeter").await;
     create_trigger(
         &client,
@@ -150,7 +150,7 @@ async fn nats_request_reaches_a_real_python_function_pod() {
     replica.wait_active(1).await;
     wait_ready(&client, "greetings").await;
 
-    let caller = nats_server.client().await;
+    let caller = nats_client(&nats_server).await;
     // 502 (no endpoints) until the pod is ready; bounded by the deadline.
     let answer = eventually(
         "the function pod to answer",

@@ -70,7 +70,7 @@ async fn a_malformed_trigger_costs_only_itself() {
     let nats_server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
     let (_cluster, client) = cluster_with_loose_trigger_crd(&dir.path().join("state")).await;
-    let f1 = FakeFunction::echo().await;
+    let f1 = RecordingFunction::echo().await;
     register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
     create_trigger(
         &client,

@@ -5,7 +5,6 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -15,11 +14,10 @@ use support::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_to_two_functions_with_two_replicas() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let f1 = FakeFunction::echo().await;
-    let f2 = FakeFunction::echo().await;
-    let other = FakeFunction::echo().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let f1 = RecordingFunction::echo().await;
+    let f2 = RecordingFunction::echo().await;
+    let other = RecordingFunction::echo().await;
     register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
     register_function(&client, "f2", json!({"app": "orders"}), "10", f2.addr).await;
     register_function(
@@ -61,7 +59,7 @@ async fn fan_out_to_two_functions_with_two_replicas() {
     assert!(!c.is_true());
     assert_eq!(c.reason.as_deref(), Some("NoFunctionsSelected"));
 
-    let publisher = nats_server.client().await;
+    let publisher = nats_client(&nats_server).await;
     const N: usize = 60;
     for i in 0..N {
         let mut h = async_nats::HeaderMap::new();
@@ -93,7 +91,7 @@ async fn fan_out_to_two_functions_with_two_replicas() {
         let mut want: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
         want.sort();
         assert_eq!(bodies, want, "each message exactly once per function");
-        let received = f.received.lock().unwrap().clone();
+        let received = f.received();
         for r in &received {
             let body = String::from_utf8_lossy(&r.body).into_owned();
             let i: usize = body[1..].parse().unwrap();
@@ -131,17 +129,12 @@ async fn fan_out_to_two_functions_with_two_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_reply_round_trip() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let upper = FakeFunction::start(Arc::new(|_, r| {
-        (
-            200,
-            String::from_utf8_lossy(&r.body).to_uppercase(),
-            Duration::ZERO,
-        )
-    }))
+    let (cluster, client, _dir) = cluster(None).await;
+    let upper = RecordingFunction::start(|_, body, _| {
+        Reply::text(200, String::from_utf8_lossy(body).to_uppercase())
+    })
     .await;
-    let broken = FakeFunction::start(Arc::new(|_, _| (503, "down".into(), Duration::ZERO))).await;
+    let broken = RecordingFunction::start(|_, _, _| Reply::text(503, "down")).await;
     register_function(&client, "upper", json!({"rpc": "upper"}), "5", upper.addr).await;
     register_function(
         &client,
@@ -168,7 +161,7 @@ async fn request_reply_round_trip() {
     let replica = Replica::start(&client, &nats_server.url).await;
     replica.wait_active(2).await;
 
-    let caller = nats_server.client().await;
+    let caller = nats_client(&nats_server).await;
     let answer = tokio::time::timeout(
         Duration::from_secs(10),
         caller.request("rpc.upper", "hello nats".into()),
@@ -202,19 +195,22 @@ async fn request_reply_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_redelivers_after_the_trigger_is_killed() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
+    let (cluster, client, _dir) = cluster(None).await;
     // The first call hangs (the trigger dies during it); later calls succeed.
-    let f = FakeFunction::start(Arc::new(|n, _| {
-        if n == 1 {
-            (200, "late".into(), Duration::from_secs(60))
+    let f = RecordingFunction::start(|_, _, attempt| {
+        if attempt == 1 {
+            Reply::Text {
+                status: 200,
+                body: "late".into(),
+                delay: Duration::from_secs(60),
+            }
         } else {
-            (200, "ok".into(), Duration::ZERO)
+            Reply::text(200, "ok")
         }
-    }))
+    })
     .await;
     register_function(&client, "worker", json!({"js": "yes"}), "1", f.addr).await;
-    let publisher = nats_server.client().await;
+    let publisher = nats_client(&nats_server).await;
     let js = async_nats::jetstream::new(publisher.clone());
     js.create_stream(async_nats::jetstream::stream::Config {
         name: "JOBS".into(),
@@ -257,7 +253,7 @@ async fn jetstream_redelivers_after_the_trigger_is_killed() {
         (second.deliveries("worker", "success") == 1).then_some(())
     })
     .await;
-    let received = f.received.lock().unwrap().clone();
+    let received = f.received();
     assert_eq!(received[0].body, received[1].body);
     assert_eq!(&received[1].body[..], b"job-1");
     // Same event-id on redelivery (derived from stream and sequence).
@@ -285,11 +281,9 @@ async fn jetstream_redelivers_after_the_trigger_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_messages_go_to_the_dead_letter_subject() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let failing = FakeFunction::start(Arc::new(|_, _| (500, "boom".into(), Duration::ZERO))).await;
-    let failing_core =
-        FakeFunction::start(Arc::new(|_, _| (500, "boom".into(), Duration::ZERO))).await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let failing = RecordingFunction::start(|_, _, _| Reply::text(500, "boom")).await;
+    let failing_core = RecordingFunction::start(|_, _, _| Reply::text(500, "boom")).await;
     register_function(&client, "fails", json!({"dl": "js"}), "5", failing.addr).await;
     register_function(
         &client,
@@ -319,7 +313,7 @@ async fn failing_messages_go_to_the_dead_letter_subject() {
         json!(null),
     )
     .await;
-    let watcher = nats_server.client().await;
+    let watcher = nats_client(&nats_server).await;
     let mut dlq = watcher.subscribe("payments.dlq").await.unwrap();
     let mut core_dlq = watcher.subscribe("core.dlq").await.unwrap();
     watcher.flush().await.unwrap();
@@ -444,9 +438,8 @@ async fn failing_messages_go_to_the_dead_letter_subject() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_stream_is_reported() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let f = FakeFunction::echo().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let f = RecordingFunction::echo().await;
     register_function(&client, "f", json!({"x": "y"}), "5", f.addr).await;
     create_trigger(
         &client,

@@ -6,42 +6,33 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use kubeless_testkit::ServiceProcess;
 
 use serde_json::json;
 use support::*;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn spawn_trigger(kubeconfig: &std::path::Path, nats_url: &str, log: &std::path::Path) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_nats-trigger"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", kubeconfig)
-        .env("NATS_URL", nats_url)
-        .env("KUBELESS_ADMIN_ADDR", "127.0.0.1:0")
-        .env("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices")
-        .env("KUBELESS_LOG_LEVEL", "info")
-        .stdout(Stdio::from(log.try_clone().unwrap()))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .unwrap()
-}
-
-fn sigterm_and_time_exit(child: &mut Child) -> Option<Duration> {
-    signal(child.id(), "-TERM");
-    let start = Instant::now();
-    while start.elapsed() < LIMIT {
-        if child.try_wait().unwrap().is_some() {
-            return Some(start.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
+fn spawn_trigger(
+    kubeconfig: &std::path::Path,
+    nats_url: &str,
+    dir: &std::path::Path,
+    log: &str,
+) -> ServiceProcess {
+    ServiceProcess::start(
+        "nats-trigger",
+        dir,
+        log,
+        &[
+            ("KUBECONFIG", kubeconfig.display().to_string()),
+            ("NATS_URL", nats_url.to_string()),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+            ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
+            ("KUBELESS_LOG_LEVEL", "info".into()),
+        ],
+    )
 }
 
 /// A loopback port nothing listens on (bound, then released).
@@ -52,9 +43,8 @@ fn closed_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_promptly_with_nats_up_or_unreachable() {
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let f1 = FakeFunction::echo().await;
+    let (cluster, client, dir) = cluster(None).await;
+    let f1 = RecordingFunction::echo().await;
     register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
     create_trigger(
         &client,
@@ -68,35 +58,31 @@ async fn sigterm_exits_promptly_with_nats_up_or_unreachable() {
 
     // NATS never reachable: the subscription keeps waiting for the server.
     let unreachable = format!("nats://127.0.0.1:{}", closed_port());
-    let mut c = spawn_trigger(
-        &kubeconfig,
-        &unreachable,
-        &dir.path().join("unreachable.log"),
-    );
+    let c = spawn_trigger(&kubeconfig, &unreachable, dir.path(), "unreachable");
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let never = sigterm_and_time_exit(&mut c);
+    let never = c.terminate(LIMIT);
     report.push(("NATS unreachable from the start", never));
 
     // NATS up, then gone: the trigger is Ready, the server dies, then SIGTERM.
     let server = NatsServer::start();
-    let mut c = spawn_trigger(&kubeconfig, &server.url, &dir.path().join("lost.log"));
+    let c = spawn_trigger(&kubeconfig, &server.url, dir.path(), "lost");
     wait_ready(&client, "orders").await;
     let up = {
         // First the plain case, on a second process, for the baseline.
-        let mut d = spawn_trigger(&kubeconfig, &server.url, &dir.path().join("up.log"));
+        let d = spawn_trigger(&kubeconfig, &server.url, dir.path(), "up");
         tokio::time::sleep(Duration::from_secs(2)).await;
-        sigterm_and_time_exit(&mut d)
+        d.terminate(LIMIT)
     };
     report.push(("NATS up", up));
     drop(server);
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let lost = sigterm_and_time_exit(&mut c);
+    let lost = c.terminate(LIMIT);
     report.push(("NATS lost while running", lost));
 
     // In the first second of start.
-    let mut c = spawn_trigger(&kubeconfig, &unreachable, &dir.path().join("early.log"));
+    let c = spawn_trigger(&kubeconfig, &unreachable, dir.path(), "early");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let early = sigterm_and_time_exit(&mut c);
+    let early = c.terminate(LIMIT);
     report.push(("SIGTERM 300 ms after start", early));
 
     eprintln!("nats-trigger, SIGTERM to exit:");

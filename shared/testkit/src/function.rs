@@ -15,10 +15,16 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio_util::sync::CancellationToken;
 
 /// What the function does with one request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// Answers `status` after `delay`.
+    /// Answers `status` with the body `ok` after `delay`.
     Answer { status: u16, delay: Duration },
+    /// Answers `status` with `body` after `delay`.
+    Text {
+        status: u16,
+        body: String,
+        delay: Duration,
+    },
     /// Answers nothing for `Duration` (longer than the caller's timeout), then 504.
     Hang(Duration),
 }
@@ -32,6 +38,15 @@ impl Reply {
     pub fn status(status: u16) -> Self {
         Reply::Answer {
             status,
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// `status` with `body`, at once.
+    pub fn text(status: u16, body: impl Into<String>) -> Self {
+        Reply::Text {
+            status,
+            body: body.into(),
             delay: Duration::ZERO,
         }
     }
@@ -115,9 +130,16 @@ impl RecordingFunction {
                                 *n
                             };
                             let reply = behaviour(&parts.headers, &body, attempt);
-                            let (status, delay) = match reply {
-                                Reply::Answer { status, delay } => (status, delay),
-                                Reply::Hang(d) => (0, d),
+                            let (status, delay, text) = match reply {
+                                Reply::Answer { status, delay } => {
+                                    (status, delay, Bytes::from_static(b"ok"))
+                                }
+                                Reply::Text {
+                                    status,
+                                    body,
+                                    delay,
+                                } => (status, delay, Bytes::from(body)),
+                                Reply::Hang(d) => (0, d, Bytes::new()),
                             };
                             g.lock().unwrap().push(Received {
                                 headers: parts.headers,
@@ -133,7 +155,7 @@ impl RecordingFunction {
                             Ok::<_, Infallible>(
                                 hyper::Response::builder()
                                     .status(code)
-                                    .body(Full::new(Bytes::from_static(b"ok")))
+                                    .body(Full::new(text))
                                     .unwrap(),
                             )
                         }
@@ -154,6 +176,16 @@ impl RecordingFunction {
     /// Answers 200 at once to everything.
     pub async fn ok() -> Self {
         Self::start(|_, _, _| Reply::OK).await
+    }
+
+    /// Answers 200 with the request's body.
+    pub async fn echo() -> Self {
+        Self::start(|_, body, _| Reply::text(200, String::from_utf8_lossy(body))).await
+    }
+
+    /// The bodies of every request so far, as text, in arrival order.
+    pub fn bodies(&self) -> Vec<String> {
+        self.with_received(|all| all.iter().map(Received::body_text).collect())
     }
 
     /// Every request so far, in arrival order.
