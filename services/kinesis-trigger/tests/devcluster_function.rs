@@ -207,12 +207,12 @@ async fn put_round(k: &aws_sdk_kinesis::Client, round: usize) -> BTreeSet<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "readings", 2).await;
     let dir = tempfile::tempdir().unwrap();
     let record_log = dir.path().join("arrivals.jsonl");
     let images = image_map(dir.path());
-    let (cluster, client) = cluster(&dir.path().join("state"), Some(images)).await;
+    let (cluster, client, _state) = cluster(Some(images)).await;
     deploy_python_function(&client, "reader", &record_log).await;
     create_aws_secret(&client, "aws").await;
     let mut shards = BTreeSet::new();

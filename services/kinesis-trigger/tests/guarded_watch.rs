@@ -45,7 +45,7 @@ fn trigger_api(client: &Client) -> Api<DynamicObject> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_trigger_costs_only_itself() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "orders", 1).await;
     let dir = tempfile::tempdir().unwrap();
     let cluster =
@@ -63,7 +63,7 @@ async fn a_malformed_trigger_costs_only_itself() {
         };
         crds.create(&PostParams::default(), &crd).await.unwrap();
     }
-    let function = FakeFunction::ok().await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
     create_trigger(

@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::Duration;
 
 use kinesis_trigger::deliver::DeadLetter;
@@ -89,12 +88,11 @@ async fn put_batch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     let shard_list = create_stream(&k, "orders", 2).await;
     assert_eq!(shard_list.len(), 2);
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let function = FakeFunction::ok().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
 
@@ -117,12 +115,12 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
     sorted.sort();
     assert_eq!(status.shards, sorted);
     eventually("24 records delivered", Duration::from_secs(30), || async {
-        (distinct(&function.all()).len() == 24).then_some(())
+        (distinct(&function.received()).len() == 24).then_some(())
     })
     .await;
-    let per_shard = assert_ordered(&function.all());
+    let per_shard = assert_ordered(&function.received());
     assert_eq!(per_shard.len(), 2, "both shards delivered: {per_shard:?}");
-    let first = function.all()[0].clone();
+    let first = function.received()[0].clone();
     assert_eq!(
         first.header("event-namespace"),
         "kinesistriggers.kubeless.io"
@@ -155,7 +153,7 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
     put_batch(&k, "orders", &mut next, 2).await;
     let replica = Replica::start(&client).await;
     eventually("36 records delivered", Duration::from_secs(30), || async {
-        (distinct(&function.all()).len() == 36).then_some(())
+        (distinct(&function.received()).len() == 36).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -164,7 +162,7 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
         12,
         "after a graceful stop nothing is delivered twice"
     );
-    assert_ordered(&function.all());
+    assert_ordered(&function.received());
 
     // Crash: tasks killed without a final flush. Records written while it is down are still
     // delivered; duplicates are bounded by the checkpoint interval.
@@ -174,7 +172,7 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
     let before = function.count();
     let replica = Replica::start(&client).await;
     eventually("48 records delivered", Duration::from_secs(30), || async {
-        (distinct(&function.all()).len() == 48).then_some(())
+        (distinct(&function.received()).len() == 48).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(800)).await;
@@ -183,7 +181,7 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
         (12..=14).contains(&after_crash),
         "resumed from the checkpoint, not from TRIM_HORIZON: {after_crash} deliveries for 12 new records"
     );
-    assert_ordered(&function.all());
+    assert_ordered(&function.received());
     replica.stop().await;
     cluster.shutdown().await;
 }
@@ -191,11 +189,10 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latest_start_survives_a_restart_before_the_first_record() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "clicks", 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let function = FakeFunction::ok().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
     let mut next = BTreeMap::new();
@@ -217,11 +214,11 @@ async fn latest_start_survives_a_restart_before_the_first_record() {
     put_batch(&k, "clicks", &mut next, 2).await; // while down: must not be lost
     let replica = Replica::start(&client).await;
     eventually("12 records delivered", Duration::from_secs(30), || async {
-        (distinct(&function.all()).len() == 12).then_some(())
+        (distinct(&function.received()).len() == 12).then_some(())
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let got = distinct(&function.all());
+    let got = distinct(&function.received());
     assert!(
         got.iter().all(|(_, n)| *n >= 2),
         "records from before the trigger were not delivered: {got:?}"
@@ -234,19 +231,18 @@ async fn latest_start_survives_a_restart_before_the_first_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_function_is_retried_then_dead_lettered() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "payments", 2).await;
     create_stream(&k, "payments-dlq", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
+    let (cluster, client, _dir) = cluster(None).await;
     // Fails every record except "ok" ones.
-    let function = FakeFunction::start(Arc::new(|_, r| {
-        if String::from_utf8_lossy(&r.body).contains("\"ok\"") {
+    let function = RecordingFunction::start(|_, body, _| {
+        Reply::status(if String::from_utf8_lossy(body).contains("\"ok\"") {
             200
         } else {
             500
-        }
-    }))
+        })
+    })
     .await;
     register_function(&client, "payer", function.addr).await;
     create_aws_secret(&client, "aws").await;
@@ -294,7 +290,7 @@ async fn failing_function_is_retried_then_dead_lettered() {
         (function.count() == 10).then_some(())
     })
     .await;
-    let all = function.all();
+    let all = function.received();
     let mut attempts: BTreeMap<String, usize> = BTreeMap::new();
     for r in &all {
         *attempts.entry(r.header("event-id")).or_default() += 1;
@@ -366,11 +362,10 @@ async fn failing_function_is_retried_then_dead_lettered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_missing_function_secret_and_stream() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "present", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let function = FakeFunction::ok().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "f", function.addr).await;
     create_aws_secret(&client, "aws").await;
     create_trigger(&client, "no-fn", json!({"function-name": "missing", "stream": "present", "secret": "aws", "endpoint": moto.endpoint})).await;
@@ -393,11 +388,10 @@ async fn split_parent_is_drained_then_children_are_read() {
     // covers draining a closed parent up to its EndingSequenceNumber, marking it SHARD_END and
     // starting the children. The parent-before-child order itself is unit-tested (shards.rs).
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     let shards = create_stream(&k, "events", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let function = FakeFunction::ok().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
     let mut next = BTreeMap::new();
@@ -411,7 +405,7 @@ async fn split_parent_is_drained_then_children_are_read() {
     let status = wait_ready(&client, "events").await;
     assert_eq!(status.shards, shards);
     eventually("18 records delivered", Duration::from_secs(30), || async {
-        (distinct(&function.all()).len() == 18).then_some(())
+        (distinct(&function.received()).len() == 18).then_some(())
     })
     .await;
     // Split the only shard in the middle of its hash range while it is being read.
@@ -440,7 +434,7 @@ async fn split_parent_is_drained_then_children_are_read() {
         Some("SHARD_END"),
         "{cps:?}"
     );
-    assert_ordered(&function.all());
+    assert_ordered(&function.received());
     assert_eq!(
         function.count(),
         18,

@@ -25,8 +25,8 @@ async fn put_round(k: &aws_sdk_kinesis::Client, round: usize) {
     }
 }
 
-fn distinct(f: &FakeFunction) -> BTreeSet<String> {
-    f.all()
+fn distinct(f: &RecordingFunction) -> BTreeSet<String> {
+    f.received()
         .iter()
         .map(|r| {
             format!(
@@ -41,11 +41,10 @@ fn distinct(f: &FakeFunction) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_shards_without_double_delivery_and_take_over_after_a_crash() {
     let moto = Moto::start();
-    let k = moto.client();
+    let k = kinesis_client(&moto);
     create_stream(&k, "shared", 4).await;
-    let dir = tempfile::tempdir().unwrap();
-    let (cluster, client) = cluster(&dir.path().join("state"), None).await;
-    let function = FakeFunction::ok().await;
+    let (cluster, client, _dir) = cluster(None).await;
+    let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
     create_trigger(&client, "shared", json!({

@@ -1,123 +1,47 @@
-//! Shared by the integration tests: a moto Kinesis emulator, devcluster, tiny local function
-//! servers registered through EndpointSlices, and the trigger service started in process.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+//! Shared by the integration tests: the testkit fixtures (moto, devcluster, local recording
+//! functions registered through EndpointSlices), Kinesis helpers, and the trigger service
+//! started in process.
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
-use std::future::Future;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::ShardIteratorType;
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kinesis_trigger::{Polling, Resolution, Running, Settings, Timing};
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
-use kubeless_api::{Function, KinesisTrigger, KinesisTriggerSpec};
+use kubeless_api::{KinesisTrigger, KinesisTriggerSpec};
+pub use kubeless_testkit::{
+    Moto, NS, Received, RecordingFunction, Reply, TestCluster, TestDir, eventually,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-pub const NS: &str = "default";
 pub const REGION: &str = "us-east-1";
 
 // ------------------------------------------------------------------ moto
 
-/// A moto Kinesis emulator on a free loopback port, killed (by PID) on drop.
-pub struct Moto {
-    child: Child,
-    pub endpoint: String,
-}
-
-fn moto_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("MOTO_SERVER_BIN") {
-        return PathBuf::from(p);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
-        let candidate = dir.join("moto_server");
-        if candidate.is_file() {
-            return candidate;
-        }
-    }
-    panic!(
-        "moto_server not found (set MOTO_SERVER_BIN or put it on PATH): \
-         pip install 'moto[server]' (scripts/test.sh installs it)"
-    );
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Moto {
-    pub fn start() -> Self {
-        let bin = moto_bin();
-        // A port can be taken between picking and binding; try a few.
-        for _ in 0..5 {
-            let port = free_port();
-            let mut child = Command::new(&bin)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    break;
-                }
-                if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                    return Self {
-                        child,
-                        endpoint: format!("http://{addr}"),
-                    };
-                }
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!("moto_server did not start");
-    }
-
-    pub fn client(&self) -> KinesisClient {
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-            ))
-            .build_https();
-        let conf = aws_sdk_kinesis::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(REGION))
-            .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
-            .endpoint_url(&self.endpoint)
-            .http_client(http)
-            .build();
-        KinesisClient::from_conf(conf)
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// A Kinesis client of the test's moto_server.
+pub fn kinesis_client(moto: &Moto) -> KinesisClient {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https();
+    let conf = aws_sdk_kinesis::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+        .endpoint_url(&moto.endpoint)
+        .http_client(http)
+        .build();
+    KinesisClient::from_conf(conf)
 }
 
 pub async fn create_stream(k: &KinesisClient, name: &str, shards: i32) -> Vec<String> {
@@ -195,137 +119,16 @@ pub fn seq_less(a: &str, b: &str) -> bool {
     (a.len(), a) < (b.len(), b)
 }
 
-// ------------------------------------------------------------------ fake function
-
-/// One request a fake function received.
-#[derive(Clone, Debug)]
-pub struct Received {
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
+/// devcluster with the CRDs (testkit), split into the parts these tests use.
+pub async fn cluster(images: Option<PathBuf>) -> (devcluster::DevCluster, Client, TestDir) {
+    let tc = TestCluster::start(images).await;
+    (tc.cluster, tc.client, tc.dir)
 }
 
-impl Received {
-    pub fn header(&self, name: &str) -> String {
-        self.headers
-            .get(name)
-            .map(|v| v.to_str().unwrap().to_string())
-            .unwrap_or_default()
-    }
-}
-
-/// What the fake function answers: status for the n-th request.
-pub type Behaviour = Arc<dyn Fn(usize, &Received) -> u16 + Send + Sync>;
-
-/// A tiny HTTP function on 127.0.0.1 recording every request in arrival order.
-pub struct FakeFunction {
-    pub addr: SocketAddr,
-    pub received: Arc<Mutex<Vec<Received>>>,
-    token: CancellationToken,
-}
-
-impl FakeFunction {
-    pub async fn start(behaviour: Behaviour) -> Self {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let received: Arc<Mutex<Vec<Received>>> = Arc::default();
-        let token = CancellationToken::new();
-        let (rec, tok) = (Arc::clone(&received), token.clone());
-        tokio::spawn(async move {
-            loop {
-                let (stream, _) = tokio::select! {
-                    a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
-                    _ = tok.cancelled() => return,
-                };
-                let (rec, behaviour, tok) = (Arc::clone(&rec), Arc::clone(&behaviour), tok.clone());
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let (rec, behaviour) = (Arc::clone(&rec), Arc::clone(&behaviour));
-                        async move {
-                            let headers = req.headers().clone();
-                            let body = req
-                                .into_body()
-                                .collect()
-                                .await
-                                .map(|b| b.to_bytes())
-                                .unwrap_or_default();
-                            let r = Received { headers, body };
-                            let n = {
-                                let mut g = rec.lock().unwrap();
-                                g.push(r.clone());
-                                g.len()
-                            };
-                            let status = behaviour(n, &r);
-                            let mut resp = http::Response::new(Full::new(Bytes::from("ok")));
-                            *resp.status_mut() = http::StatusCode::from_u16(status).unwrap();
-                            Ok::<_, Infallible>(resp)
-                        }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), svc);
-                    tokio::select! {
-                        _ = conn => {}
-                        _ = tok.cancelled() => {}
-                    }
-                });
-            }
-        });
-        Self {
-            addr,
-            received,
-            token,
-        }
-    }
-
-    pub async fn ok() -> Self {
-        Self::start(Arc::new(|_, _| 200)).await
-    }
-
-    pub fn all(&self) -> Vec<Received> {
-        self.received.lock().unwrap().clone()
-    }
-
-    pub fn count(&self) -> usize {
-        self.received.lock().unwrap().len()
-    }
-}
-
-impl Drop for FakeFunction {
-    fn drop(&mut self) {
-        self.token.cancel();
-    }
-}
-
-// ------------------------------------------------------------------ cluster
-
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// devcluster with the CRDs installed. `images_dir` None: API server only.
-pub async fn cluster(
-    state: &std::path::Path,
-    images_dir: Option<PathBuf>,
-) -> (devcluster::DevCluster, Client) {
-    let mut options = devcluster::Options::for_tests(state);
-    options.images_dir = images_dir;
-    let cluster = devcluster::DevCluster::start(options).await.unwrap();
-    let client = cluster.client().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in kubeless_api::all() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    (cluster, client)
+/// A Function object with no labels (a KinesisTrigger names its function), reached through an
+/// EndpointSlice pointing at `addr`.
+pub async fn register_function(client: &Client, name: &str, addr: SocketAddr) {
+    kubeless_testkit::register_function(client, name, serde_json::json!({}), "5", addr).await;
 }
 
 pub async fn create_dynamic(
@@ -364,32 +167,6 @@ pub async fn create_aws_secret(client: &Client, name: &str) {
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-}
-
-/// A Function object backed by a selector-less Service and an EndpointSlice pointing at
-/// `addr` (what the function-controller and the endpoints controller would give).
-pub async fn register_function(client: &Client, name: &str, addr: SocketAddr) {
-    let functions: Api<Function> = Api::namespaced(client.clone(), NS);
-    let f: Function = serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name},
-        "spec": {"runtime": "python3.11", "handler": "h.f", "timeout": "5", "function": ""}
-    }))
-    .unwrap();
-    functions.create(&PostParams::default(), &f).await.unwrap();
-    create_dynamic(client, "", "v1", "Service", "services", json!({
-        "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
-        "spec": {"ports": [{"name": "http-function-port", "port": 8080, "targetPort": addr.port(), "protocol": "TCP"}]}
-    }))
-    .await;
-    create_dynamic(client, "discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{name}-fake"), "labels": {"kubernetes.io/service-name": name}},
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [addr.ip().to_string()], "conditions": {"ready": true}}],
-        "ports": [{"name": "http-function-port", "port": addr.port(), "protocol": "TCP"}]
-    }))
-    .await;
 }
 
 pub async fn create_trigger(client: &Client, name: &str, spec: serde_json::Value) {
