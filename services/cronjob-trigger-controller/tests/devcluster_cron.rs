@@ -10,9 +10,8 @@
 //!   any CronJob, with the same status.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cronjob_trigger_controller::status::{LAST_RUN, SCHEDULED_ANNOTATION};
 use cronjob_trigger_controller::{Settings, cronjob::BuilderConfig, invoker::ResolverKind, run};
@@ -24,6 +23,7 @@ use kube::api::{ListParams, LogParams, PostParams};
 use kube::{Api, Client};
 use kubeless_api::conditions::{READY, find_condition};
 use kubeless_api::{CronJobTrigger, Function};
+use kubeless_testkit::eventually;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -96,21 +96,6 @@ fn image_map(into: &Path) -> PathBuf {
         std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
     }
     out
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
 }
 
 async fn install_crds(client: &Client) {

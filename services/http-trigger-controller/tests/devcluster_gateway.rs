@@ -3,7 +3,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -22,6 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use kubeless_api::{Function, HttpTrigger, HttpTriggerSpec, conditions};
+use kubeless_testkit::eventually;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -86,21 +86,6 @@ fn image_map(into: &Path) -> PathBuf {
         std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
     }
     out
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 struct Http {

@@ -246,6 +246,50 @@ impl Moto {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// A Kinesis client of this server (region us-east-1, moto's test credentials).
+    #[cfg(feature = "kinesis")]
+    pub fn kinesis(&self) -> aws_sdk_kinesis::Client {
+        use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
+                aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
+            ))
+            .build_https();
+        let conf = aws_sdk_kinesis::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(MOTO_REGION))
+            .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+            .endpoint_url(&self.endpoint)
+            .http_client(http)
+            .build();
+        aws_sdk_kinesis::Client::from_conf(conf)
+    }
+}
+
+/// The region the Kinesis clients of [`Moto::kinesis`] use.
+pub const MOTO_REGION: &str = "us-east-1";
+
+/// Creates a stream with `shards` shards and waits until it is ACTIVE.
+#[cfg(feature = "kinesis")]
+pub async fn create_stream(k: &aws_sdk_kinesis::Client, name: &str, shards: i32) {
+    use aws_sdk_kinesis::types::StreamStatus;
+    k.create_stream()
+        .stream_name(name)
+        .shard_count(shards)
+        .send()
+        .await
+        .unwrap();
+    crate::eventually("stream ACTIVE", Duration::from_secs(20), || async {
+        let s = k
+            .describe_stream_summary()
+            .stream_name(name)
+            .send()
+            .await
+            .ok()?;
+        (s.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
+    })
+    .await;
 }
 
 impl Drop for Moto {

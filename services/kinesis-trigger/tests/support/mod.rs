@@ -23,46 +23,19 @@ pub use kubeless_testkit::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-pub const REGION: &str = "us-east-1";
+/// The region of the test clients and triggers.
+pub const REGION: &str = kubeless_testkit::MOTO_REGION;
 
 // ------------------------------------------------------------------ moto
 
 /// A Kinesis client of the test's moto_server.
 pub fn kinesis_client(moto: &Moto) -> KinesisClient {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(aws_smithy_http_client::tls::Provider::Rustls(
-            aws_smithy_http_client::tls::rustls_provider::CryptoMode::Ring,
-        ))
-        .build_https();
-    let conf = aws_sdk_kinesis::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(REGION))
-        .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
-        .endpoint_url(&moto.endpoint)
-        .http_client(http)
-        .build();
-    KinesisClient::from_conf(conf)
+    moto.kinesis()
 }
 
+/// Creates an ACTIVE stream (testkit) and returns its shard ids.
 pub async fn create_stream(k: &KinesisClient, name: &str, shards: i32) -> Vec<String> {
-    k.create_stream()
-        .stream_name(name)
-        .shard_count(shards)
-        .send()
-        .await
-        .unwrap();
-    eventually("stream ACTIVE", Duration::from_secs(20), || async {
-        let s = k
-            .describe_stream_summary()
-            .stream_name(name)
-            .send()
-            .await
-            .ok()?;
-        (s.stream_description_summary()?.stream_status()
-            == &aws_sdk_kinesis::types::StreamStatus::Active)
-            .then_some(())
-    })
-    .await;
+    kubeless_testkit::create_stream(k, name, shards).await;
     shard_ids(k, name).await
 }
 
