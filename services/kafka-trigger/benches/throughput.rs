@@ -290,6 +290,90 @@ async fn consume_only(broker: &Broker, topic: &str) {
     );
 }
 
+/// What a consumer meets after a rebalance or a resume: fetching partition 0 from an offset in
+/// the middle of a produced batch (the last commit), read for at most 20 s, with librdkafka's
+/// default `fetch.wait.max.ms` (500) and with 10 ms.
+async fn consume_from_mid_batch(broker: &Broker, topic: &str) {
+    let per_partition = N / PARTITIONS as usize;
+    let start = per_partition as i64 / 2 + 1;
+    for wait_ms in ["500", "10"] {
+        let consumer: StreamConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.addr)
+            .set("group.id", format!("bench-mid-batch-{wait_ms}"))
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", wait_ms)
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(start))
+            .unwrap();
+        consumer.assign(&tpl).unwrap();
+        let want = per_partition - start as usize;
+        let (mut n, t0) = (0usize, Instant::now());
+        let deadline = t0 + Duration::from_secs(20);
+        while n < want && Instant::now() < deadline {
+            if let Ok(Ok(_m)) =
+                tokio::time::timeout(Duration::from_millis(500), consumer.recv()).await
+            {
+                n += 1;
+            }
+        }
+        let el = t0.elapsed();
+        println!(
+            "baseline consume from mid-batch offset {start}, fetch.wait.max.ms={wait_ms:>3}: {n:>6} of {want} records in {:>6.2}s = {:>8.0} records/s",
+            el.as_secs_f64(),
+            n as f64 / el.as_secs_f64()
+        );
+    }
+}
+
+/// librdkafka alone against tansu, the flow control the trigger uses: partition 0 read from the
+/// start, paused after every 2,000 records and resumed after 50 ms of polls; read for at most
+/// 20 s. The same run with the trigger pausing (`KT_BENCH_MAX_QUEUED=2000`) shows the trigger's
+/// own stall beside this baseline.
+fn consume_with_pauses(broker: &Broker, topic: &str) {
+    use rdkafka::consumer::BaseConsumer;
+    let per_partition = N / PARTITIONS as usize;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .set("group.id", "bench-pauses")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Beginning)
+        .unwrap();
+    consumer.assign(&tpl).unwrap();
+    let (mut n, mut pauses, t0) = (0usize, 0usize, Instant::now());
+    while n < per_partition && t0.elapsed() < Duration::from_secs(20) {
+        if let Some(Ok(_m)) = consumer.poll(Duration::from_millis(50)) {
+            n += 1;
+            if n % 2000 == 0 {
+                consumer.pause(&tpl).unwrap();
+                pauses += 1;
+                if std::env::var_os("KT_BENCH_PAUSE_COMMIT").is_some() {
+                    let mut c = rdkafka::TopicPartitionList::new();
+                    c.add_partition_offset(topic, 0, rdkafka::Offset::Offset(n as i64))
+                        .unwrap();
+                    consumer
+                        .commit(&c, rdkafka::consumer::CommitMode::Async)
+                        .unwrap();
+                }
+                for _ in 0..5 {
+                    let _ = consumer.poll(Duration::from_millis(10));
+                }
+                consumer.resume(&tpl).unwrap();
+            }
+        }
+    }
+    let el = t0.elapsed();
+    println!(
+        "baseline librdkafka with pause/resume every 2000 records: {n:>6} of {per_partition} records in {:>6.2}s = {:>8.0} records/s ({pauses} pauses)",
+        el.as_secs_f64(),
+        n as f64 / el.as_secs_f64()
+    );
+}
+
 async fn calls_only(addr: std::net::SocketAddr, concurrency: usize) {
     let invoker = Invoker::new(Arc::new(StaticResolver::single(
         Endpoint::parse(&format!("http://{addr}/")).unwrap(),
@@ -320,6 +404,9 @@ async fn calls_only(addr: std::net::SocketAddr, concurrency: usize) {
 }
 
 fn main() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        init_logs();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -381,6 +468,8 @@ fn main() {
                     results.push(trigger_run(&c, &broker, &s, &metrics, *mode, run).await);
                 }
                 consume_only(&broker, &format!("bench-{mode}")).await;
+                consume_from_mid_batch(&broker, &format!("bench-{mode}")).await;
+                consume_with_pauses(&broker, &format!("bench-{mode}"));
                 if runs > 1 {
                     let clean = results.iter().filter(|r| r.clean).count();
                     let mut rates: Vec<f64> = results.iter().map(|r| r.records_per_s).collect();

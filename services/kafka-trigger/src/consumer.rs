@@ -572,10 +572,11 @@ fn poll_loop(
             Some(Ok(m)) => {
                 let record = Record::from_message(&m);
                 drop(m);
-                if let Some(p) = state.dispatch(record)
-                    && let Err(e) = consumer.pause(&tpl_of(&topic, p))
-                {
-                    tracing::warn!(group = %state.spec.group, partition = p, error = %e, "pausing failed");
+                if let Some(p) = state.dispatch(record) {
+                    tracing::debug!(group = %state.spec.group, partition = p, "partition paused: too many records waiting");
+                    if let Err(e) = consumer.pause(&tpl_of(&topic, p)) {
+                        tracing::warn!(group = %state.spec.group, partition = p, error = %e, "pausing failed");
+                    }
                 }
             }
             Some(Err(e)) => {
@@ -594,6 +595,7 @@ fn poll_loop(
             None => {}
         }
         for p in state.resumable() {
+            tracing::debug!(group = %state.spec.group, partition = p, "partition resumed");
             if let Err(e) = consumer.resume(&tpl_of(&topic, p)) {
                 tracing::warn!(group = %state.spec.group, partition = p, error = %e, "resuming failed");
             }
