@@ -78,6 +78,21 @@ impl ApiError {
         .with_details(gr, name)
     }
 
+    /// 409 for an apply that would change fields other managers own: the real server's
+    /// message and one `FieldManagerConflict` cause per field.
+    pub fn apply_conflict(conflicts: &crate::fieldmanager::Conflicts) -> Self {
+        let causes: Vec<Value> = conflicts
+            .0
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {}", c.manager), "field": c.field})
+            })
+            .collect();
+        let mut e = Self::new(409, "Conflict", conflicts.message());
+        e.details = Some(json!({ "causes": causes }));
+        e
+    }
+
     /// 422 Invalid with field causes, worded like the real server.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[String]) -> Self {
         let qualified = if group.is_empty() {

@@ -102,8 +102,16 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
             directive.unwrap_or_default()
         )));
     };
+    let write = match write_options(&req) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
     let user = req.extensions().get::<crate::auth::User>().cloned();
-    let (result, warnings) = crate::reqctx::scope(user, validation, route(&app, req)).await;
+    let (result, warnings) = crate::reqctx::scope(user, validation, async {
+        crate::reqctx::set_write_options(write);
+        route(&app, req).await
+    })
+    .await;
     let mut response = match result {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -114,6 +122,54 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
         }
     }
     response
+}
+
+/// Who the request writes for: `?fieldManager=`, or as the real server defaults it, the
+/// client's program name (its User-Agent up to the first '/'). A name over 128 bytes is
+/// refused with the real 422.
+fn write_options(req: &Request) -> Result<crate::reqctx::WriteOptions, ApiError> {
+    let q: Q = Query::<Q>::try_from_uri(req.uri())
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let given = q.get("fieldManager").filter(|m| !m.is_empty());
+    if let Some(m) = given
+        && m.len() > crate::fieldmanager::MAX_MANAGER_LEN
+    {
+        let options = match *req.method() {
+            Method::POST => "CreateOptions",
+            Method::PUT => "UpdateOptions",
+            _ => "PatchOptions",
+        };
+        return Err(ApiError::invalid(
+            options,
+            "meta.k8s.io",
+            "",
+            &[format!(
+                "fieldManager: Too long: may not be more than {} bytes",
+                crate::fieldmanager::MAX_MANAGER_LEN
+            )],
+        ));
+    }
+    let field_manager = match given {
+        Some(m) => m.clone(),
+        None => {
+            let agent = req
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            let program = agent.split('/').next().unwrap_or("");
+            program
+                .chars()
+                .take(crate::fieldmanager::MAX_MANAGER_LEN)
+                .collect()
+        }
+    };
+    Ok(crate::reqctx::WriteOptions {
+        field_manager,
+        force: truthy(&q, "force"),
+        subresource: String::new(),
+    })
 }
 
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
@@ -297,6 +353,9 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         _ => {}
     }
     let t = parse_target(&segs).ok_or_else(ApiError::path_not_found)?;
+    if let Some(sub) = t.sub {
+        crate::reqctx::set_subresource(sub);
+    }
     let def = reg
         .lookup(t.group, t.version, t.resource)
         .ok_or_else(ApiError::path_not_found)?;

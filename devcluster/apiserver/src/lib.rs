@@ -13,6 +13,7 @@ mod builtin;
 pub mod convert;
 pub mod errors;
 pub mod exec;
+pub mod fieldmanager;
 mod http;
 mod logs;
 mod openapi;

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
@@ -163,20 +163,19 @@ fn kind_schema(def: &ResourceDef, version: &str) -> Option<Value> {
             {
                 props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
                 props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
-                props.insert(
-                    "metadata".into(),
-                    builtin::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
-                );
+                props.insert("metadata".into(), (*object_meta()).clone());
             }
             Some(schema)
         }
-        Validator::Builtin(_) => builtin_schema(&def.gr.group, version, &def.kind),
+        Validator::Builtin(_) => {
+            builtin_schema(&def.gr.group, version, &def.kind).map(|s| (*s).clone())
+        }
     }
 }
 
-/// The schema of `T`, inlined, with its descriptions (cached per type).
-fn builtin<T: JsonSchema>() -> Value {
-    static CACHE: OnceLock<Mutex<BTreeMap<String, Value>>> = OnceLock::new();
+/// The schema of `T`, inlined, with its descriptions (built once per type).
+fn builtin<T: JsonSchema>() -> Arc<Value> {
+    static CACHE: OnceLock<Mutex<BTreeMap<String, Arc<Value>>>> = OnceLock::new();
     let key = T::schema_name().into_owned();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache
@@ -186,7 +185,7 @@ fn builtin<T: JsonSchema>() -> Value {
     {
         return v.clone();
     }
-    let value = kubeless_api::schema::plain_schema_for::<T>();
+    let value = Arc::new(kubeless_api::schema::plain_schema_for::<T>());
     cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -194,8 +193,31 @@ fn builtin<T: JsonSchema>() -> Value {
     value
 }
 
+/// ObjectMeta's schema (every kind's `metadata`).
+pub(crate) fn object_meta() -> Arc<Value> {
+    builtin::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>()
+}
+
+/// What field ownership needs to know of a kind's shape at a version: its CRD schema, or
+/// its k8s-openapi type's.
+pub(crate) fn field_schema(def: &ResourceDef, version: &str) -> crate::fieldmanager::KindSchema {
+    let meta = object_meta();
+    match &def.validator {
+        Validator::Crd(schemas) => crate::fieldmanager::KindSchema::new(
+            None,
+            schemas.get(version).cloned().flatten(),
+            meta,
+        ),
+        Validator::Builtin(_) => crate::fieldmanager::KindSchema::new(
+            builtin_schema(&def.gr.group, version, &def.kind),
+            None,
+            meta,
+        ),
+    }
+}
+
 /// The k8s-openapi type behind each built-in kind devcluster serves.
-fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
+fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Arc<Value>> {
     use k8s_openapi::api as a;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
     Some(match (group, version, kind) {
