@@ -150,6 +150,39 @@ if out="$(echo '{"apiVersion":"example.devcluster.io/v1","kind":"Gadget","metada
 fi
 expect_contains "schema validation rejects a missing field" "$out" "spec.color: Required value"
 
+# Server-side apply: managed fields, a conflict with another manager, --force-conflicts.
+cat >"$WORK/ssa.yaml" <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ssa
+data:
+  a: "1"
+  b: "1"
+YAML
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: "2"\n' >"$WORK/ssa-other.yaml"
+expect_contains "apply --server-side" "$(k apply --server-side -f "$WORK/ssa.yaml")" "configmap/ssa serverside-applied"
+if out="$(k apply --server-side --field-manager other -f "$WORK/ssa-other.yaml" 2>&1)"; then fail "conflicting apply succeeded: $out"; fi
+expect_contains "a value another manager owns is a conflict" "$out" 'Apply failed with 1 conflict: conflict with "kubectl": .data.a'
+expect_eq "the refused apply changed nothing" "$(k get configmap ssa -o jsonpath='{.data.a}')" "1"
+expect_contains "--force-conflicts takes it" "$(k apply --server-side --field-manager other --force-conflicts -f "$WORK/ssa-other.yaml")" "configmap/ssa serverside-applied"
+expect_eq "the forced value is stored" "$(k get configmap ssa -o jsonpath='{.data.a}')" "2"
+out="$(k get configmap ssa -o yaml --show-managed-fields)"
+expect_contains "managedFields lists kubectl" "$out" "manager: kubectl"
+expect_contains "managedFields lists other" "$out" "manager: other"
+expect_contains "managedFields are FieldsV1" "$out" "f:data:"
+expect_eq "kubectl keeps b only" "$(k get configmap ssa -o jsonpath='{.metadata.managedFields[?(@.manager=="kubectl")].fieldsV1}' --show-managed-fields)" '{"f:data":{"f:b":{}}}'
+if k get configmap ssa -o yaml | grep -q managedFields; then fail "managedFields shown without --show-managed-fields"; fi
+ok "kubectl hides managedFields by default"
+# Dropping a key from the file removes it from the object.
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata: {}\n' | k apply --server-side -f - >/dev/null
+expect_eq "a key no longer applied is removed" "$(k get configmap ssa -o jsonpath='{.data}')" '{"a":"2"}'
+# Client-side apply, then server-side apply of a changed file: no conflict.
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgraded\ndata:\n  a: "1"\n' | k apply -f - >/dev/null
+out="$(printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgraded\ndata:\n  a: "5"\n' | k apply --server-side -f - 2>&1)" || fail "server-side apply after client-side apply: $out"
+expect_contains "client-side then server-side apply" "$out" "configmap/upgraded serverside-applied"
+expect_eq "the server-side value is stored" "$(k get configmap upgraded -o jsonpath='{.data.a}')" "5"
+
 # get -w prints objects created after the watch started.
 k get configmaps -w >"$WORK/watch.out" 2>&1 &
 WATCH_PID=$!

@@ -1031,11 +1031,15 @@ pub fn apply_merge(
         .iter()
         .find(|e| e.same_owner(&w.manager, Operation::Apply, w.subresource))
     {
-        let others = entries
+        // A field, map entry or list item of the object goes when this manager applied it
+        // last time and nobody owns it now: neither this configuration nor another manager.
+        let owned = entries
             .iter()
             .filter(|e| !e.same_owner(&w.manager, Operation::Apply, w.subresource))
-            .fold(FieldSet::default(), |acc, e| acc.union(&e.set));
-        let dropped = last.set.difference(&set).difference(&others);
+            .fold(set.clone(), |acc, e| acc.union(&e.set));
+        let dropped = config_set(&merged, s)
+            .intersection(&last.set)
+            .difference(&owned);
         remove(&mut merged, &dropped);
     }
     // Keep the live object's managed fields: the second half works from them.

@@ -575,6 +575,42 @@ async fn kubectl_server_side_apply_takes_over_from_client_side_apply() {
         entry(&managed(&ssa), "kubectl", "Apply").unwrap()["fieldsV1"],
         json!({"f:data": {"f:a": {}, "f:b": {}}})
     );
+    // kubectl then moves the client-side entry into its own Apply entry (a JSON patch of
+    // managedFields, the map `data` owned as a node) and applies again: nothing it still
+    // applies may go.
+    let upgraded = json!([{"op": "replace", "path": "/metadata/managedFields", "value": [
+        {"manager": "kubectl", "operation": "Apply", "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {".": {}, "f:a": {}, "f:b": {}},
+            "f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}}}}}]}]);
+    cms.patch(
+        "csa",
+        &PatchParams {
+            field_manager: Some("kubectl".into()),
+            ..PatchParams::default()
+        },
+        &Patch::Json::<()>(serde_json::from_value(upgraded).unwrap()),
+    )
+    .await
+    .unwrap();
+    let again = cms
+        .patch(
+            "csa",
+            &PatchParams::apply("kubectl"),
+            &Patch::Apply(cm("csa", json!({"a": "10", "b": "2"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.data.as_ref().unwrap().get("a").map(String::as_str),
+        Some("10")
+    );
+    assert_eq!(
+        again.data.as_ref().unwrap().get("b").map(String::as_str),
+        Some("2")
+    );
+    // The annotation it no longer applies (and nobody else owns) is gone.
+    assert!(again.annotations().is_empty(), "{:?}", again.annotations());
+
     // Another manager gets no such pass.
     let err = cms
         .patch(
