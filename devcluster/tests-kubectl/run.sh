@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Drives stock kubectl against devcluster-apiserver: get, apply, delete, scale,
-# logs, CRDs with printer columns, explain, get -w, and the create subcommands, create token and
-# auth can-i (protobuf bodies). Exits non-zero on the first failure.
+# Drives stock kubectl against devcluster-apiserver: get, apply (client- and server-side, with
+# conflicts and managed fields), delete, scale, logs, CRDs with printer columns, explain (OpenAPI
+# v3 and v2), get -w, and the create subcommands, create token and auth can-i (protobuf bodies).
+# Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
 
@@ -145,6 +146,18 @@ expect_contains "explain a CRD field" "$out" "color	<string> -required-"
 out="$(k explain deployment.spec.replicas)"
 expect_contains "explain a built-in field's type" "$out" "FIELD: replicas <integer>"
 expect_contains "explain a built-in field's description" "$out" "Number of desired pods"
+# ... and the OpenAPI v2 document (protobuf), with the type of every field.
+out="$(k explain gadgets.spec --output plaintext-openapiv2)"
+expect_contains "explain v2: a CRD field" "$out" "color	<string> -required-"
+out="$(k explain deployment.spec.replicas --output plaintext-openapiv2)"
+expect_contains "explain v2: a built-in field's type" "$out" "FIELD:    replicas <integer>"
+k apply --server-side -f "$(dirname "$0")/../../deploy/crds/functions.kubeless.io.yaml" >/dev/null
+k wait --for condition=established --timeout=20s crd/functions.kubeless.io >/dev/null
+out="$(k explain functions.spec --output plaintext-openapiv2)"
+expect_contains "explain v2: Function fields are typed" "$out" "runtime	<string>"
+expect_contains "explain v2: nested objects are typed" "$out" "deployment	<Object>"
+if grep -q "<>" <<<"$out"; then fail "explain v2 shows a field without a type: $out"; fi
+ok "explain v2: no untyped field"
 if out="$(echo '{"apiVersion":"example.devcluster.io/v1","kind":"Gadget","metadata":{"name":"bad"},"spec":{}}' | k create -f - 2>&1)"; then
   fail "invalid custom resource was accepted: $out"
 fi

@@ -170,6 +170,17 @@ impl ApiError {
         )
     }
 
+    /// 406: none of the media types the client accepts can be served.
+    pub fn not_acceptable(accept: &str) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf; got {accept}"
+            ),
+        )
+    }
+
     pub fn unavailable(msg: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", msg)
     }

@@ -317,7 +317,7 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 }),
             ));
         }
-        ["openapi", "v2"] => return Ok(openapi_v2(&req)),
+        ["openapi", "v2"] => return openapi_v2(&req, &reg),
         ["openapi", "v3"] => return Ok(json_response(200, &crate::openapi::root(&reg))),
         ["openapi", "v3", rest @ ..] => {
             return crate::openapi::group_version(&reg, rest)
@@ -1102,37 +1102,39 @@ async fn run_watch(
 /// kubectl 1.20 fetches /openapi/v2 as protobuf (gnostic Document) for
 /// validation and apply; an empty document makes it skip schema checks and
 /// fall back to its built-in types, like a server without those schemas.
-fn openapi_v2(req: &Request) -> Response {
+/// `/openapi/v2`: the Swagger 2.0 document in gnostic's protobuf (what kubectl asks for) or
+/// JSON; any other media type gets the real server's 406.
+fn openapi_v2(req: &Request, reg: &crate::registry::Registry) -> Result<Response, ApiError> {
     let accept = req
         .headers()
         .get(header::ACCEPT)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if accept.contains("protobuf") {
-        let mut buf = Vec::new();
-        let field = |buf: &mut Vec<u8>, tag: u8, data: &[u8]| {
-            buf.push(tag);
-            buf.push(data.len() as u8);
-            buf.extend_from_slice(data);
-        };
-        field(&mut buf, 0x0a, b"2.0");
-        let mut info = Vec::new();
-        field(&mut info, 0x0a, b"devcluster");
-        field(&mut info, 0x12, b"v1.34.0");
-        field(&mut buf, 0x12, &info);
-        field(&mut buf, 0x42, &[]);
-        field(&mut buf, 0x4a, &[]);
-        let mut r = Response::new(Body::from(buf));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        return r;
+    let wanted: Vec<&str> = accept
+        .split(',')
+        .map(|m| m.split(';').next().unwrap_or("").trim())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let protobuf = wanted
+        .iter()
+        .any(|m| *m == crate::openapi_v2::PROTOBUF_MEDIA_TYPE);
+    let json = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|m| matches!(*m, "application/json" | "application/*" | "*/*"));
+    if !protobuf && !json {
+        return Err(ApiError::not_acceptable(accept));
     }
-    json_response(
-        200,
-        &json!({"swagger": "2.0", "info": {"title": "devcluster", "version": "v1.34.0"}, "paths": {}, "definitions": {}}),
-    )
+    let doc = crate::openapi::swagger(reg);
+    if !protobuf {
+        return Ok(json_response(200, &doc));
+    }
+    let mut r = Response::new(Body::from(crate::openapi_v2::encode(&doc)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::openapi_v2::PROTOBUF_CONTENT_TYPE),
+    );
+    Ok(r)
 }
 
 /// Reads `.a.b` style paths (scale subresource paths) from an object.

@@ -17,6 +17,7 @@ pub mod fieldmanager;
 mod http;
 mod logs;
 mod openapi;
+mod openapi_v2;
 pub mod patch;
 pub mod persist;
 mod podsecurity;
