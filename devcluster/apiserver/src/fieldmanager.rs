@@ -216,12 +216,25 @@ enum Keys<'a> {
     Crd(&'a Value),
 }
 
-/// What a built-in kind's list under `name` is, besides its merge key.
+/// How a built-in kind's list is told apart, from the field it is under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BuiltinList {
-    ByName,
+    Atomic,
     Set,
     Key(&'static str),
+    /// Container ports or Service ports, keyed with their protocol.
+    Ports,
+}
+
+impl BuiltinList {
+    /// The list under field `name` of a built-in struct (`in_meta`: an ObjectMeta).
+    fn of(name: &str, in_meta: bool) -> Self {
+        match name {
+            "finalizers" if in_meta => Self::Set,
+            "ports" => Self::Ports,
+            _ => crate::patch::merge_key(name, &[]).map_or(Self::Atomic, Self::Key),
+        }
+    }
 }
 
 /// The schema of one node of an object: a CRD schema node, a built-in kind's schema node
@@ -263,7 +276,7 @@ impl KindSchema {
             node,
             meta: &self.meta,
             builtin,
-            list: BuiltinList::ByName,
+            list: BuiltinList::Atomic,
             atomic_map: false,
             root: true,
             in_meta: false,
@@ -276,7 +289,7 @@ impl<'a> Schema<'a> {
         Schema {
             node: None,
             builtin: false,
-            list: BuiltinList::ByName,
+            list: BuiltinList::Atomic,
             atomic_map: false,
             root: false,
             in_meta: false,
@@ -304,37 +317,15 @@ impl<'a> Schema<'a> {
         } else {
             return (self.deduced(), false);
         };
-        let list = match (self.in_meta, name) {
-            (true, "finalizers") => BuiltinList::Set,
-            (true, "ownerReferences") => BuiltinList::Key("uid"),
-            _ => BuiltinList::ByName,
-        };
-        let list = if list == BuiltinList::ByName && builtin {
-            match crate::patch::merge_key(name, &[]) {
-                Some(k) if name != "ports" => BuiltinList::Key(k),
-                _ => BuiltinList::ByName,
-            }
-        } else {
-            list
-        };
         let child = Schema {
             node,
             meta: self.meta,
             builtin,
-            list,
-            // LabelSelectors and Service selectors and node selectors are atomic upstream.
+            list: BuiltinList::of(name, self.in_meta),
+            // LabelSelectors, Service selectors and node selectors are atomic upstream.
             atomic_map: builtin && declared && matches!(name, "selector" | "nodeSelector"),
             root: false,
             in_meta: is_meta,
-        };
-        // Remember the field name's list kind for `ports`, which depends on the items.
-        let child = if builtin && name == "ports" {
-            Schema {
-                list: BuiltinList::Key("ports"),
-                ..child
-            }
-        } else {
-            child
         };
         (child, declared)
     }
@@ -347,7 +338,7 @@ impl<'a> Schema<'a> {
         {
             Some(items) => Schema {
                 node: Some(items),
-                list: BuiltinList::ByName,
+                list: BuiltinList::Atomic,
                 atomic_map: false,
                 root: false,
                 in_meta: false,
@@ -361,9 +352,9 @@ impl<'a> Schema<'a> {
         if self.builtin {
             return match self.list {
                 BuiltinList::Set => ListKind::Set,
-                BuiltinList::Key("ports") => ListKind::Map(Keys::Ports),
+                BuiltinList::Ports => ListKind::Map(Keys::Ports),
                 BuiltinList::Key(k) => ListKind::Map(Keys::One(k)),
-                BuiltinList::ByName => ListKind::Atomic,
+                BuiltinList::Atomic => ListKind::Atomic,
             };
         }
         let Some(node) = self.node else {
@@ -646,7 +637,8 @@ pub fn merge(live: Option<&Value>, config: &Value, s: Schema<'_>) -> Value {
             Value::Array(out)
         }
         (_, Value::Object(c)) => {
-            // Nothing live to merge with: the configuration, without its nulls.
+            // Nothing live to merge with (or an atomic map): the configuration, without its
+            // nulls.
             let mut out = Map::new();
             for (k, v) in c {
                 if !v.is_null() {
@@ -831,7 +823,8 @@ pub struct Writer {
 }
 
 /// An apply refused because it would change fields other managers own.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", self.message())]
 pub struct Conflicts(pub Vec<Conflict>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1058,7 +1051,6 @@ pub fn apply_merge(
 /// from them), then makes `set` the writer's Apply entry. `kubectl` taking over fields it set
 /// by client-side apply (the last-applied annotation still matching the live object) is not
 /// a conflict, as on the real server.
-#[allow(clippy::too_many_arguments)]
 pub fn record_apply(
     s: Schema<'_>,
     has_status: bool,

@@ -1275,17 +1275,13 @@ impl Store {
 
     /// Who the current request writes for (the server itself outside a request).
     fn writer(def: &ResourceDef, version: &str, sub: Sub) -> fieldmanager::Writer {
-        let options = crate::reqctx::write_options().unwrap_or_default();
+        let options = crate::reqctx::write_options();
         let subresource = match sub {
             Sub::Status => "status",
-            Sub::Main if options.subresource == "scale" => "scale",
+            Sub::Main if options.as_ref().is_some_and(|o| o.subresource == "scale") => "scale",
             Sub::Main => "",
         };
-        let manager = if crate::reqctx::write_options().is_some() {
-            options.field_manager
-        } else {
-            "kube-apiserver".to_string()
-        };
+        let manager = options.map_or_else(|| "kube-apiserver".to_string(), |o| o.field_manager);
         fieldmanager::Writer {
             manager,
             subresource,

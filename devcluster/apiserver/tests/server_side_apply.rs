@@ -413,6 +413,22 @@ async fn containers_are_owned_item_by_item() {
         .map(|c| c.name)
         .collect();
     assert_eq!(names, ["app"]);
+    // A write through /scale is an Update of the scale subresource, owning spec.replicas.
+    deps.patch_scale(
+        "web",
+        &PatchParams {
+            field_manager: Some("autoscaler".into()),
+            ..PatchParams::default()
+        },
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    let mf = managed(&deps.get("web").await.unwrap());
+    let scale = mf.iter().find(|e| e["manager"] == "autoscaler").unwrap();
+    assert_eq!(scale["subresource"], "scale");
+    assert_eq!(scale["operation"], "Update");
+    assert_eq!(scale["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
     server.shutdown().await;
 }
 
