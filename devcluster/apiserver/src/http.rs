@@ -1115,9 +1115,7 @@ fn openapi_v2(req: &Request, reg: &crate::registry::Registry) -> Result<Response
         .map(|m| m.split(';').next().unwrap_or("").trim())
         .filter(|m| !m.is_empty())
         .collect();
-    let protobuf = wanted
-        .iter()
-        .any(|m| *m == crate::openapi_v2::PROTOBUF_MEDIA_TYPE);
+    let protobuf = wanted.contains(&crate::openapi_v2::PROTOBUF_MEDIA_TYPE);
     let json = wanted.is_empty()
         || wanted
             .iter()
