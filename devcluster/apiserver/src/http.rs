@@ -124,6 +124,25 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
     response
 }
 
+/// The real server's 422 for a bad `fieldManager` in CreateOptions, UpdateOptions or
+/// PatchOptions.
+fn options_invalid(
+    options: &str,
+    kind: kubeless_api::validate::ErrorType,
+    detail: String,
+) -> ApiError {
+    ApiError::invalid_fields(
+        options,
+        "meta.k8s.io",
+        "",
+        &[kubeless_api::validate::FieldError {
+            field: "fieldManager".into(),
+            kind,
+            detail,
+        }],
+    )
+}
+
 /// Who the request writes for: `?fieldManager=`, or as the real server defaults it, the
 /// client's program name (its User-Agent up to the first '/'). A name over 128 bytes is
 /// refused with the real 422.
@@ -140,14 +159,13 @@ fn write_options(req: &Request) -> Result<crate::reqctx::WriteOptions, ApiError>
             Method::PUT => "UpdateOptions",
             _ => "PatchOptions",
         };
-        return Err(ApiError::invalid(
+        return Err(options_invalid(
             options,
-            "meta.k8s.io",
-            "",
-            &[format!(
-                "fieldManager: Too long: may not be more than {} bytes",
+            kubeless_api::validate::ErrorType::TooLong,
+            format!(
+                "Too long: may not be more than {} bytes",
                 crate::fieldmanager::MAX_MANAGER_LEN
-            )],
+            ),
         ));
     }
     let field_manager = match given {
@@ -728,12 +746,22 @@ fn patch(
         PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     let value = if kind == PatchKind::Apply {
         if q.get("fieldManager").is_none_or(String::is_empty) {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            return Err(options_invalid(
+                "PatchOptions",
+                kubeless_api::validate::ErrorType::Required,
+                "Required value: is required for apply patch".into(),
             ));
         }
         parse_yaml_or_json(body)?
     } else {
+        if q.contains_key("force") {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                &["force: Forbidden: may not be specified for non-apply patch".into()],
+            ));
+        }
         parse_json(body)?
     };
     let (obj, created) = app.store.patch(def, version, ns, name, kind, &value, sub)?;

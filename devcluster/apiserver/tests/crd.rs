@@ -245,13 +245,14 @@ async fn server_side_apply() {
         .await
         .unwrap();
     assert_eq!(w.status.unwrap().phase, "Applied");
-    // Apply without a field manager is a 400, like the real server.
+    // Apply without a field manager is the real server's 422 on PatchOptions.
     let err = api
         .patch("ssa", &PatchParams::default(), &Patch::Apply(&applied))
         .await
         .unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.code == 400),
+        matches!(err, kube::Error::Api(ref s) if s.code == 422
+            && s.message == "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"),
         "{err:?}"
     );
     // Built-in kinds too, with strategic merge on container lists.
