@@ -299,11 +299,12 @@ impl<'a> Schema<'a> {
 
     /// The schema of field `name`, and whether it is a declared field (not a map entry).
     fn child(&self, name: &str) -> (Schema<'a>, bool) {
-        let is_meta = name == "metadata" && (self.root || self.builtin);
         let declared = self
             .node
             .and_then(|n| n.get("properties"))
             .and_then(|p| p.get(name));
+        // Every object's `metadata`, and a built-in template's, is an ObjectMeta.
+        let is_meta = name == "metadata" && (self.root || (self.builtin && declared.is_some()));
         let (node, declared, builtin) = if is_meta {
             (Some(self.meta), true, true)
         } else if let Some(p) = declared {
