@@ -1234,6 +1234,33 @@ mod tests {
     }
 
     #[test]
+    fn crd_sets_and_atomic_maps() {
+        let crd = crate::schema::Schema::parse(&json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                "sel": {"type": "object", "x-kubernetes-map-type": "atomic",
+                    "additionalProperties": {"type": "string"}},
+                "free": {"type": "object", "additionalProperties": {"type": "object",
+                    "properties": {"x": {"type": "integer"}}}}}}}}))
+        .unwrap();
+        let ks = KindSchema::new(None, Some(Arc::new(crd)), meta());
+        let s = ks.root();
+        let cfg =
+            json!({"spec": {"tags": ["a", "b"], "sel": {"k": "v"}, "free": {"one": {"x": 1}}}});
+        assert_eq!(
+            config_set(&cfg, s).to_fields_v1(),
+            json!({"f:spec": {"f:free": {"f:one": {".": {}, "f:x": {}}}, "f:sel": {},
+                "f:tags": {"v:\"a\"": {}, "v:\"b\"": {}}}})
+        );
+        // Sets merge by value; atomic maps are replaced whole.
+        let live = json!({"spec": {"tags": ["b", "c"], "sel": {"old": "1"}}});
+        assert_eq!(
+            merge(Some(&live), &cfg, s)["spec"],
+            json!({"tags": ["a", "b", "c"], "sel": {"k": "v"}, "free": {"one": {"x": 1}}})
+        );
+    }
+
+    #[test]
     fn keyed_list_merge_keeps_the_order_and_other_items() {
         let ks = pod_like();
         let s = ks.root().child("spec").0.child("containers").0;
