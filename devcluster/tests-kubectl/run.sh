@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Drives stock kubectl against devcluster-apiserver: get, apply, delete, scale,
-# logs, CRDs with printer columns, explain, get -w, and the create subcommands, create token and
-# auth can-i (protobuf bodies). Exits non-zero on the first failure.
+# Drives stock kubectl against devcluster-apiserver: get, apply (client- and server-side, with
+# conflicts and managed fields), delete, scale, logs, CRDs with printer columns, explain (OpenAPI
+# v3 and v2), get -w, and the create subcommands, create token and auth can-i (protobuf bodies).
+# Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
 
@@ -145,10 +146,55 @@ expect_contains "explain a CRD field" "$out" "color	<string> -required-"
 out="$(k explain deployment.spec.replicas)"
 expect_contains "explain a built-in field's type" "$out" "FIELD: replicas <integer>"
 expect_contains "explain a built-in field's description" "$out" "Number of desired pods"
+# ... and the OpenAPI v2 document (protobuf), with the type of every field.
+out="$(k explain gadgets.spec --output plaintext-openapiv2)"
+expect_contains "explain v2: a CRD field" "$out" "color	<string> -required-"
+out="$(k explain deployment.spec.replicas --output plaintext-openapiv2)"
+expect_contains "explain v2: a built-in field's type" "$out" "FIELD:    replicas <integer>"
+k apply --server-side -f "$(dirname "$0")/../../deploy/crds/functions.kubeless.io.yaml" >/dev/null
+k wait --for condition=established --timeout=20s crd/functions.kubeless.io >/dev/null
+out="$(k explain functions.spec --output plaintext-openapiv2)"
+expect_contains "explain v2: Function fields are typed" "$out" "runtime	<string>"
+expect_contains "explain v2: nested objects are typed" "$out" "deployment	<Object>"
+if grep -q "<>" <<<"$out"; then fail "explain v2 shows a field without a type: $out"; fi
+ok "explain v2: no untyped field"
 if out="$(echo '{"apiVersion":"example.devcluster.io/v1","kind":"Gadget","metadata":{"name":"bad"},"spec":{}}' | k create -f - 2>&1)"; then
   fail "invalid custom resource was accepted: $out"
 fi
 expect_contains "schema validation rejects a missing field" "$out" "spec.color: Required value"
+
+# Server-side apply: managed fields, a conflict with another manager, --force-conflicts.
+cat >"$WORK/ssa.yaml" <<'YAML'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: ssa
+data:
+  a: "1"
+  b: "1"
+YAML
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata:\n  a: "2"\n' >"$WORK/ssa-other.yaml"
+expect_contains "apply --server-side" "$(k apply --server-side -f "$WORK/ssa.yaml")" "configmap/ssa serverside-applied"
+if out="$(k apply --server-side --field-manager other -f "$WORK/ssa-other.yaml" 2>&1)"; then fail "conflicting apply succeeded: $out"; fi
+expect_contains "a value another manager owns is a conflict" "$out" 'Apply failed with 1 conflict: conflict with "kubectl": .data.a'
+expect_eq "the refused apply changed nothing" "$(k get configmap ssa -o jsonpath='{.data.a}')" "1"
+expect_contains "--force-conflicts takes it" "$(k apply --server-side --field-manager other --force-conflicts -f "$WORK/ssa-other.yaml")" "configmap/ssa serverside-applied"
+expect_eq "the forced value is stored" "$(k get configmap ssa -o jsonpath='{.data.a}')" "2"
+out="$(k get configmap ssa -o yaml --show-managed-fields)"
+expect_contains "managedFields lists kubectl" "$out" "manager: kubectl"
+expect_contains "managedFields lists other" "$out" "manager: other"
+expect_contains "managedFields are FieldsV1" "$out" "f:data:"
+expect_eq "kubectl keeps b only" "$(k get configmap ssa -o jsonpath='{.metadata.managedFields[?(@.manager=="kubectl")].fieldsV1}' --show-managed-fields)" '{"f:data":{"f:b":{}}}'
+if k get configmap ssa -o yaml | grep -q managedFields; then fail "managedFields shown without --show-managed-fields"; fi
+ok "kubectl hides managedFields by default"
+# Dropping a key from the file removes it from the object.
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ssa\ndata: {}\n' | k apply --server-side -f - >/dev/null
+expect_eq "a key no longer applied is removed" "$(k get configmap ssa -o jsonpath='{.data}')" '{"a":"2"}'
+# Client-side apply, then server-side apply of a changed file: no conflict.
+printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgraded\ndata:\n  a: "1"\n' | k apply -f - >/dev/null
+out="$(printf 'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: upgraded\ndata:\n  a: "5"\n' | k apply --server-side -f - 2>&1)" || fail "server-side apply after client-side apply: $out"
+expect_contains "client-side then server-side apply" "$out" "configmap/upgraded serverside-applied"
+expect_eq "the server-side value is stored" "$(k get configmap upgraded -o jsonpath='{.data.a}')" "5"
 
 # get -w prints objects created after the watch started.
 k get configmaps -w >"$WORK/watch.out" 2>&1 &

@@ -78,6 +78,21 @@ impl ApiError {
         .with_details(gr, name)
     }
 
+    /// 409 for an apply that would change fields other managers own: the real server's
+    /// message and one `FieldManagerConflict` cause per field.
+    pub fn apply_conflict(conflicts: &crate::fieldmanager::Conflicts) -> Self {
+        let causes: Vec<Value> = conflicts
+            .0
+            .iter()
+            .map(|c| {
+                json!({"reason": "FieldManagerConflict", "message": format!("conflict with {}", c.manager), "field": c.field})
+            })
+            .collect();
+        let mut e = Self::new(409, "Conflict", conflicts.message());
+        e.details = Some(json!({ "causes": causes }));
+        e
+    }
+
     /// 422 Invalid with field causes, worded like the real server.
     pub fn invalid(kind: &str, group: &str, name: &str, causes: &[String]) -> Self {
         let qualified = if group.is_empty() {
@@ -151,6 +166,17 @@ impl ApiError {
             "UnsupportedMediaType",
             format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json; got {ct}"
+            ),
+        )
+    }
+
+    /// 406: none of the media types the client accepts can be served.
+    pub fn not_acceptable(accept: &str) -> Self {
+        Self::new(
+            406,
+            "NotAcceptable",
+            format!(
+                "only the following media types are accepted: application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf; got {accept}"
             ),
         )
     }

@@ -102,8 +102,16 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
             directive.unwrap_or_default()
         )));
     };
+    let write = match write_options(&req) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
     let user = req.extensions().get::<crate::auth::User>().cloned();
-    let (result, warnings) = crate::reqctx::scope(user, validation, route(&app, req)).await;
+    let (result, warnings) = crate::reqctx::scope(user, validation, async {
+        crate::reqctx::set_write_options(write);
+        route(&app, req).await
+    })
+    .await;
     let mut response = match result {
         Ok(r) => r,
         Err(e) => error_response(&e),
@@ -114,6 +122,72 @@ pub async fn handle(State(app): State<Arc<App>>, mut req: Request) -> Response {
         }
     }
     response
+}
+
+/// The real server's 422 for a bad `fieldManager` in CreateOptions, UpdateOptions or
+/// PatchOptions.
+fn options_invalid(
+    options: &str,
+    kind: kubeless_api::validate::ErrorType,
+    detail: String,
+) -> ApiError {
+    ApiError::invalid_fields(
+        options,
+        "meta.k8s.io",
+        "",
+        &[kubeless_api::validate::FieldError {
+            field: "fieldManager".into(),
+            kind,
+            detail,
+        }],
+    )
+}
+
+/// Who the request writes for: `?fieldManager=`, or as the real server defaults it, the
+/// client's program name (its User-Agent up to the first '/'). A name over 128 bytes is
+/// refused with the real 422.
+fn write_options(req: &Request) -> Result<crate::reqctx::WriteOptions, ApiError> {
+    let q: Q = Query::<Q>::try_from_uri(req.uri())
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let given = q.get("fieldManager").filter(|m| !m.is_empty());
+    if let Some(m) = given
+        && m.len() > crate::fieldmanager::MAX_MANAGER_LEN
+    {
+        let options = match *req.method() {
+            Method::POST => "CreateOptions",
+            Method::PUT => "UpdateOptions",
+            _ => "PatchOptions",
+        };
+        return Err(options_invalid(
+            options,
+            kubeless_api::validate::ErrorType::TooLong,
+            format!(
+                "Too long: may not be more than {} bytes",
+                crate::fieldmanager::MAX_MANAGER_LEN
+            ),
+        ));
+    }
+    let field_manager = match given {
+        Some(m) => m.clone(),
+        None => {
+            let agent = req
+                .headers()
+                .get(header::USER_AGENT)
+                .and_then(|h| h.to_str().ok())
+                .unwrap_or("");
+            let program = agent.split('/').next().unwrap_or("");
+            program
+                .chars()
+                .take(crate::fieldmanager::MAX_MANAGER_LEN)
+                .collect()
+        }
+    };
+    Ok(crate::reqctx::WriteOptions {
+        field_manager,
+        force: truthy(&q, "force"),
+        subresource: String::new(),
+    })
 }
 
 async fn read_body(body: Body) -> Result<Bytes, ApiError> {
@@ -261,7 +335,7 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 }),
             ));
         }
-        ["openapi", "v2"] => return Ok(openapi_v2(&req)),
+        ["openapi", "v2"] => return openapi_v2(&req, &reg),
         ["openapi", "v3"] => return Ok(json_response(200, &crate::openapi::root(&reg))),
         ["openapi", "v3", rest @ ..] => {
             return crate::openapi::group_version(&reg, rest)
@@ -297,6 +371,9 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         _ => {}
     }
     let t = parse_target(&segs).ok_or_else(ApiError::path_not_found)?;
+    if let Some(sub) = t.sub {
+        crate::reqctx::set_subresource(sub);
+    }
     let def = reg
         .lookup(t.group, t.version, t.resource)
         .ok_or_else(ApiError::path_not_found)?;
@@ -669,12 +746,22 @@ fn patch(
         PatchKind::from_content_type(ct).ok_or_else(|| ApiError::unsupported_media_type(ct))?;
     let value = if kind == PatchKind::Apply {
         if q.get("fieldManager").is_none_or(String::is_empty) {
-            return Err(ApiError::bad_request(
-                "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+            return Err(options_invalid(
+                "PatchOptions",
+                kubeless_api::validate::ErrorType::Required,
+                "Required value: is required for apply patch".into(),
             ));
         }
         parse_yaml_or_json(body)?
     } else {
+        if q.contains_key("force") {
+            return Err(ApiError::invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                &["force: Forbidden: may not be specified for non-apply patch".into()],
+            ));
+        }
         parse_json(body)?
     };
     let (obj, created) = app.store.patch(def, version, ns, name, kind, &value, sub)?;
@@ -1043,37 +1130,37 @@ async fn run_watch(
 /// kubectl 1.20 fetches /openapi/v2 as protobuf (gnostic Document) for
 /// validation and apply; an empty document makes it skip schema checks and
 /// fall back to its built-in types, like a server without those schemas.
-fn openapi_v2(req: &Request) -> Response {
+/// `/openapi/v2`: the Swagger 2.0 document in gnostic's protobuf (what kubectl asks for) or
+/// JSON; any other media type gets the real server's 406.
+fn openapi_v2(req: &Request, reg: &crate::registry::Registry) -> Result<Response, ApiError> {
     let accept = req
         .headers()
         .get(header::ACCEPT)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
-    if accept.contains("protobuf") {
-        let mut buf = Vec::new();
-        let field = |buf: &mut Vec<u8>, tag: u8, data: &[u8]| {
-            buf.push(tag);
-            buf.push(data.len() as u8);
-            buf.extend_from_slice(data);
-        };
-        field(&mut buf, 0x0a, b"2.0");
-        let mut info = Vec::new();
-        field(&mut info, 0x0a, b"devcluster");
-        field(&mut info, 0x12, b"v1.34.0");
-        field(&mut buf, 0x12, &info);
-        field(&mut buf, 0x42, &[]);
-        field(&mut buf, 0x4a, &[]);
-        let mut r = Response::new(Body::from(buf));
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/octet-stream"),
-        );
-        return r;
+    let wanted: Vec<&str> = accept
+        .split(',')
+        .map(|m| m.split(';').next().unwrap_or("").trim())
+        .filter(|m| !m.is_empty())
+        .collect();
+    let protobuf = wanted.contains(&crate::openapi_v2::PROTOBUF_MEDIA_TYPE);
+    let json = wanted.is_empty()
+        || wanted
+            .iter()
+            .any(|m| matches!(*m, "application/json" | "application/*" | "*/*"));
+    if !protobuf && !json {
+        return Err(ApiError::not_acceptable(accept));
     }
-    json_response(
-        200,
-        &json!({"swagger": "2.0", "info": {"title": "devcluster", "version": "v1.34.0"}, "paths": {}, "definitions": {}}),
-    )
+    let doc = crate::openapi::swagger(reg);
+    if !protobuf {
+        return Ok(json_response(200, &doc));
+    }
+    let mut r = Response::new(Body::from(crate::openapi_v2::encode(&doc)));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(crate::openapi_v2::PROTOBUF_CONTENT_TYPE),
+    );
+    Ok(r)
 }
 
 /// Reads `.a.b` style paths (scale subresource paths) from an object.

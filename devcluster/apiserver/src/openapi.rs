@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
@@ -144,6 +144,138 @@ fn document(group: &str, version: &str, defs: &[&ResourceDef]) -> Value {
     })
 }
 
+/// `/openapi/v2`: one Swagger 2.0 document for everything served, with the same kind schemas
+/// as the v3 documents (`x-kubernetes-group-version-kind` on each, which `kubectl explain
+/// --output plaintext-openapiv2` looks kinds up by) made into Swagger 2.0 schemas, and the
+/// create, replace and patch operations of each resource.
+pub fn swagger(reg: &Registry) -> Value {
+    let mut definitions = Map::new();
+    let mut paths = Map::new();
+    for ((group, version), defs) in group_versions(reg) {
+        for def in defs {
+            let Some(schema) = kind_schema(def, &version) else {
+                continue;
+            };
+            let name = schema_name(def, &version);
+            let mut schema = to_swagger(schema, &mut definitions);
+            if let Some(m) = schema.as_object_mut() {
+                m.insert(
+                    "x-kubernetes-group-version-kind".into(),
+                    json!([{"group": group, "version": version, "kind": def.kind}]),
+                );
+            }
+            definitions.insert(name.clone(), schema);
+            let reference = json!({"$ref": format!("#/definitions/{name}")});
+            let base = format!("/{}", gv_path(&group, &version));
+            let collection = if def.namespaced {
+                format!("{base}/namespaces/{{namespace}}/{}", def.gr.resource)
+            } else {
+                format!("{base}/{}", def.gr.resource)
+            };
+            let op = |verb: &str| {
+                let mut parameters = vec![
+                    json!({"name": "body", "in": "body", "required": true, "schema": reference.clone()}),
+                ];
+                parameters.extend(["dryRun", "fieldManager", "fieldValidation"].map(
+                    |p| json!({"name": p, "in": "query", "type": "string", "uniqueItems": true}),
+                ));
+                json!({"operationId": format!("{verb}{}", def.kind),
+                    "consumes": ["application/json"], "produces": ["application/json"],
+                    "parameters": parameters,
+                    "responses": {"200": {"description": "OK", "schema": reference.clone()}},
+                    "x-kubernetes-action": verb,
+                    "x-kubernetes-group-version-kind": {"group": group, "version": version, "kind": def.kind}})
+            };
+            paths.insert(collection.clone(), json!({"post": op("post")}));
+            paths.insert(
+                format!("{collection}/{{name}}"),
+                json!({"put": op("put"), "patch": op("patch")}),
+            );
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": "v1.34.0"},
+        "paths": paths,
+        "definitions": definitions,
+    })
+}
+
+/// An OpenAPI v3 schema as Swagger 2.0 has it: a nullable field keeps its `type` (the
+/// `nullable` flag goes), `anyOf`/`oneOf` with one non-null choice becomes that choice (others
+/// go), and `$defs` move into the document's `definitions`.
+fn to_swagger(mut schema: Value, definitions: &mut Map<String, Value>) -> Value {
+    let Value::Object(map) = &mut schema else {
+        return schema;
+    };
+    // Types schemars left as references (recursive ones: JSONSchemaProps) become definitions.
+    let mut hoisted: Vec<(String, Value)> = Vec::new();
+    if let Some(Value::Object(defs)) = map.remove("$defs") {
+        hoisted.extend(defs);
+    }
+    if let Some(Value::Object(mut components)) = map.remove("components")
+        && let Some(Value::Object(defs)) = components.remove("schemas")
+    {
+        hoisted.extend(defs);
+    }
+    for (name, def) in hoisted {
+        if !definitions.contains_key(&name) {
+            // Claimed before converting, so a type that refers to itself stops here.
+            definitions.insert(name.clone(), Value::Null);
+            let converted = to_swagger(def, definitions);
+            definitions.insert(name, converted);
+        }
+    }
+    for key in ["nullable", "$schema", "not", "x-kubernetes-validations"] {
+        map.remove(key);
+    }
+    if let Some(Value::Array(types)) = map.get("type") {
+        let one = types.iter().find(|t| t.as_str() != Some("null")).cloned();
+        match one {
+            Some(t) => map.insert("type".into(), t),
+            None => map.remove("type"),
+        };
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(choices)) = map.remove(key) {
+            let real: Vec<Value> = choices
+                .into_iter()
+                .filter(|c| c.get("type").and_then(Value::as_str) != Some("null"))
+                .collect();
+            if let [only] = real.as_slice()
+                && let Value::Object(choice) = to_swagger(only.clone(), definitions)
+            {
+                for (k, v) in choice {
+                    map.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
+    if let Some(Value::String(r)) = map.get_mut("$ref")
+        && let Some(name) = r
+            .strip_prefix("#/$defs/")
+            .or_else(|| r.strip_prefix("#/components/schemas/"))
+    {
+        *r = format!("#/definitions/{name}");
+    }
+    if let Some(Value::Object(props)) = map.get_mut("properties") {
+        for v in props.values_mut() {
+            *v = to_swagger(std::mem::take(v), definitions);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(v @ Value::Object(_)) = map.get_mut(key) {
+            *v = to_swagger(std::mem::take(v), definitions);
+        }
+    }
+    if let Some(Value::Array(list)) = map.get_mut("allOf") {
+        for v in list {
+            *v = to_swagger(std::mem::take(v), definitions);
+        }
+    }
+    schema
+}
+
 /// The schema of one kind at one version.
 fn kind_schema(def: &ResourceDef, version: &str) -> Option<Value> {
     match &def.validator {
@@ -163,20 +295,19 @@ fn kind_schema(def: &ResourceDef, version: &str) -> Option<Value> {
             {
                 props.insert("apiVersion".into(), json!({"type": "string", "description": "APIVersion defines the versioned schema of this representation of an object."}));
                 props.insert("kind".into(), json!({"type": "string", "description": "Kind is a string value representing the REST resource this object represents."}));
-                props.insert(
-                    "metadata".into(),
-                    builtin::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(),
-                );
+                props.insert("metadata".into(), (*object_meta()).clone());
             }
             Some(schema)
         }
-        Validator::Builtin(_) => builtin_schema(&def.gr.group, version, &def.kind),
+        Validator::Builtin(_) => {
+            builtin_schema(&def.gr.group, version, &def.kind).map(|s| (*s).clone())
+        }
     }
 }
 
-/// The schema of `T`, inlined, with its descriptions (cached per type).
-fn builtin<T: JsonSchema>() -> Value {
-    static CACHE: OnceLock<Mutex<BTreeMap<String, Value>>> = OnceLock::new();
+/// The schema of `T`, inlined, with its descriptions (built once per type).
+fn builtin<T: JsonSchema>() -> Arc<Value> {
+    static CACHE: OnceLock<Mutex<BTreeMap<String, Arc<Value>>>> = OnceLock::new();
     let key = T::schema_name().into_owned();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(v) = cache
@@ -186,7 +317,7 @@ fn builtin<T: JsonSchema>() -> Value {
     {
         return v.clone();
     }
-    let value = kubeless_api::schema::plain_schema_for::<T>();
+    let value = Arc::new(kubeless_api::schema::plain_schema_for::<T>());
     cache
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -194,8 +325,31 @@ fn builtin<T: JsonSchema>() -> Value {
     value
 }
 
+/// ObjectMeta's schema (every kind's `metadata`).
+pub(crate) fn object_meta() -> Arc<Value> {
+    builtin::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>()
+}
+
+/// What field ownership needs to know of a kind's shape at a version: its CRD schema, or
+/// its k8s-openapi type's.
+pub(crate) fn field_schema(def: &ResourceDef, version: &str) -> crate::fieldmanager::KindSchema {
+    let meta = object_meta();
+    match &def.validator {
+        Validator::Crd(schemas) => crate::fieldmanager::KindSchema::new(
+            None,
+            schemas.get(version).cloned().flatten(),
+            meta,
+        ),
+        Validator::Builtin(_) => crate::fieldmanager::KindSchema::new(
+            builtin_schema(&def.gr.group, version, &def.kind),
+            None,
+            meta,
+        ),
+    }
+}
+
 /// The k8s-openapi type behind each built-in kind devcluster serves.
-fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
+fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Arc<Value>> {
     use k8s_openapi::api as a;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
     Some(match (group, version, kind) {
@@ -237,6 +391,44 @@ fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Value> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn swagger_keeps_types_of_nullable_fields_and_names_kinds() {
+        let reg = Registry::with_builtins();
+        let doc = swagger(&reg);
+        assert_eq!(doc["swagger"], "2.0");
+        let dep = &doc["definitions"]["io.k8s.api.apps.v1.Deployment"];
+        assert_eq!(
+            dep["x-kubernetes-group-version-kind"],
+            json!([{"group": "apps", "version": "v1", "kind": "Deployment"}])
+        );
+        assert_eq!(
+            dep["properties"]["spec"]["properties"]["replicas"]["type"],
+            "integer"
+        );
+        assert!(
+            doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments"]["post"].is_object()
+        );
+        let mut defs = Map::new();
+        let converted = to_swagger(
+            json!({"type": "object", "properties": {
+                "a": {"type": "string", "nullable": true},
+                "b": {"type": ["integer", "null"]},
+                "c": {"anyOf": [{"type": "object", "properties": {"d": {"type": "boolean"}}}, {"type": "null"}]},
+                "e": {"$ref": "#/$defs/E"}, "f": {"$ref": "#/components/schemas/F"}},
+                "$defs": {"E": {"type": "string", "nullable": true}},
+                "components": {"schemas": {"F": {"type": "object", "properties": {"g": {"$ref": "#/components/schemas/F"}}}}}}),
+            &mut defs,
+        );
+        assert_eq!(converted["properties"]["a"], json!({"type": "string"}));
+        assert_eq!(converted["properties"]["b"], json!({"type": "integer"}));
+        assert_eq!(converted["properties"]["c"]["type"], "object");
+        assert_eq!(converted["properties"]["e"]["$ref"], "#/definitions/E");
+        assert_eq!(defs["E"], json!({"type": "string"}));
+        assert_eq!(converted["properties"]["f"]["$ref"], "#/definitions/F");
+        assert_eq!(defs["F"]["properties"]["g"]["$ref"], "#/definitions/F");
+        assert!(converted.get("components").is_none());
+    }
 
     #[test]
     fn builtin_documents_name_their_kinds_and_carry_descriptions() {

@@ -1,6 +1,7 @@
-//! PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and
-//! approximations of strategic-merge patch and server-side apply that merge
-//! lists by the merge keys Kubernetes declares for the common fields.
+//! PATCH bodies: JSON merge patch (RFC 7386), JSON patch (RFC 6902), and an
+//! approximation of strategic-merge patch that merges lists by the merge keys
+//! Kubernetes declares for the common fields. Server-side apply is in
+//! `fieldmanager.rs`.
 
 use serde_json::{Map, Value};
 
@@ -67,7 +68,7 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), String> {
 }
 
 /// The merge key Kubernetes declares for a list field, when it has one.
-fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str, items: &[Value]) -> Option<&'static str> {
     match field {
         "containers"
         | "initContainers"
@@ -175,10 +176,8 @@ fn merge_list(existing: &mut Vec<Value>, patch_items: &[Value], key: &str) {
     }
 }
 
-/// Server-side apply without field ownership: the applied configuration is
-/// merged into the live object the strategic way (lists with merge keys by
-/// key, other lists replaced). Fields left out of the configuration are kept.
-pub fn apply(target: &mut Value, config: &Value) {
+/// An applied configuration without the metadata only the server sets.
+pub fn apply_config(config: &Value) -> Value {
     let mut cfg = config.clone();
     if let Some(meta) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("managedFields");
@@ -186,7 +185,7 @@ pub fn apply(target: &mut Value, config: &Value) {
         meta.remove("uid");
         meta.remove("creationTimestamp");
     }
-    strategic_merge(target, &cfg);
+    cfg
 }
 
 #[cfg(test)]

@@ -35,10 +35,22 @@ impl FieldValidation {
     }
 }
 
+/// Who a write is recorded for in `managedFields`, and how (see `fieldmanager.rs`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// `?fieldManager=`, else the client's program name from its User-Agent.
+    pub field_manager: String,
+    /// `?force=true` on an apply.
+    pub force: bool,
+    /// The subresource the request is for (`status`, `scale`), empty for the object.
+    pub subresource: String,
+}
+
 #[derive(Default)]
 struct Ctx {
     user: Option<crate::auth::User>,
     validation: FieldValidation,
+    write: Option<WriteOptions>,
     warnings: Vec<String>,
     unknown: Vec<String>,
 }
@@ -65,6 +77,25 @@ pub async fn scope<F: Future>(
         (out, warnings)
     })
     .await
+}
+
+/// Sets the current request's write options.
+pub fn set_write_options(options: WriteOptions) {
+    let _ = CTX.try_with(|c| c.borrow_mut().write = Some(options));
+}
+
+/// Notes the subresource the current request is for.
+pub fn set_subresource(sub: &str) {
+    let _ = CTX.try_with(|c| {
+        if let Some(w) = c.borrow_mut().write.as_mut() {
+            w.subresource = sub.to_string();
+        }
+    });
+}
+
+/// The current request's write options (None outside a request: the server's own writes).
+pub fn write_options() -> Option<WriteOptions> {
+    CTX.try_with(|c| c.borrow().write.clone()).ok().flatten()
 }
 
 /// Adds a warning to the current request's answer (once per distinct text).

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
 
 use crate::errors::ApiError;
+use crate::fieldmanager::{self, FieldSet};
 use crate::patch::{self, PatchKind};
 use crate::persist::Persist;
 use crate::registry::{GroupResource, Registry, ResourceDef, Validator};
@@ -98,6 +99,15 @@ impl State {
 pub enum Sub {
     Main,
     Status,
+}
+
+/// How a write is recorded in `managedFields`.
+#[derive(Debug, Clone)]
+enum Track {
+    /// Create, update, and patches other than apply.
+    Update,
+    /// Server-side apply of a configuration setting these fields.
+    Apply { set: FieldSet, force: bool },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -801,7 +811,7 @@ impl Store {
             }
         }
         let mut st = self.lock();
-        self.create_locked(&mut st, def, version, ns, obj)
+        self.create_locked(&mut st, def, version, ns, obj, Track::Update)
     }
 
     fn create_locked(
@@ -811,6 +821,7 @@ impl Store {
         version: &str,
         ns: &str,
         mut obj: Value,
+        track: Track,
     ) -> Result<Value, ApiError> {
         let name = meta(&obj, "name").unwrap_or_default();
         self.check_namespace(st, def, ns)?;
@@ -847,6 +858,7 @@ impl Store {
             crate::auth::escalation::check(st, &user, &def.gr, ns, &obj, None)?;
         }
         Self::pod_security_warnings(st, def, ns, &obj, None);
+        Self::track(def, version, Sub::Main, None, &mut obj, track)?;
         let created = (*self.commit(st, &def.gr, key, obj, EventType::Added)).clone();
         if def.gr == ns_gr() {
             self.ensure_default_service_account(st, &name);
@@ -867,7 +879,7 @@ impl Store {
         if let Some(def) = self.def(&gr) {
             let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount",
                 "metadata": {"name": "default", "namespace": ns}});
-            if let Err(e) = self.create_locked(st, &def, "v1", ns, sa) {
+            if let Err(e) = self.create_locked(st, &def, "v1", ns, sa, Track::Update) {
                 tracing::warn!("devcluster: default ServiceAccount in {ns}: {}", e.message);
             }
         }
@@ -1063,7 +1075,7 @@ impl Store {
         {
             return Err(ApiError::conflict(&def.gr, name));
         }
-        self.update_locked(&mut st, def, version, key, &cur, obj, sub)
+        self.update_locked(&mut st, def, version, key, &cur, obj, sub, Track::Update)
     }
 
     /// Applies an update to `cur` (already read under the lock) and commits it.
@@ -1077,6 +1089,7 @@ impl Store {
         cur: &Value,
         mut obj: Value,
         sub: Sub,
+        track: Track,
     ) -> Result<Value, ApiError> {
         let name = key.1.clone();
         if sub == Sub::Status {
@@ -1150,6 +1163,7 @@ impl Store {
                 obj["status"] = crd_status(&obj);
             }
         }
+        Self::track(def, version, sub, Some(cur), &mut obj, track)?;
         if is_deleting(&obj) && finalizers(&obj).is_empty() && !namespace_holds(def, &obj) {
             let removed = self.commit(st, &def.gr, key, obj, EventType::Deleted);
             self.after_removal(st, def, &removed);
@@ -1191,16 +1205,19 @@ impl Store {
             name.to_string(),
         );
         let cur = st.objects.get(&def.gr).and_then(|m| m.get(&key)).cloned();
+        let config = (kind == PatchKind::Apply).then(|| patch::apply_config(body));
         let Some(cur) = cur else {
-            if kind == PatchKind::Apply && sub == Sub::Main {
-                let mut obj = body.clone();
-                if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("managedFields");
-                    m.remove("resourceVersion");
-                }
+            if let Some(config) = config
+                && sub == Sub::Main
+            {
+                let ks = crate::openapi::field_schema(def, version);
+                let writer = Self::writer(def, version, sub);
+                let (mut obj, set) =
+                    fieldmanager::apply_merge(ks.root(), def.status, None, &config, &writer);
                 Self::normalize(def, version, ns, &mut obj, Some(name))?;
+                let force = writer_force();
                 return self
-                    .create_locked(&mut st, def, version, ns, obj)
+                    .create_locked(&mut st, def, version, ns, obj, Track::Apply { set, force })
                     .map(|o| (o, true));
             }
             return Err(ApiError::not_found(&def.gr, name));
@@ -1211,6 +1228,7 @@ impl Store {
         } else {
             (*cur).clone()
         };
+        let mut track = Track::Update;
         match kind {
             PatchKind::Merge => patch::merge_patch(&mut obj, body),
             PatchKind::Strategic => patch::strategic_merge(&mut obj, body),
@@ -1232,7 +1250,16 @@ impl Store {
                 {
                     return Err(ApiError::conflict(&def.gr, name));
                 }
-                patch::apply(&mut obj, body)
+                let ks = crate::openapi::field_schema(def, version);
+                let writer = Self::writer(def, version, sub);
+                let config = config.unwrap_or_default();
+                let (merged, set) =
+                    fieldmanager::apply_merge(ks.root(), def.status, Some(&obj), &config, &writer);
+                obj = merged;
+                track = Track::Apply {
+                    set,
+                    force: writer_force(),
+                };
             }
         }
         if kind != PatchKind::Apply
@@ -1242,8 +1269,53 @@ impl Store {
             return Err(ApiError::conflict(&def.gr, name));
         }
         Self::normalize(def, version, ns, &mut obj, Some(name))?;
-        self.update_locked(&mut st, def, version, key, &cur, obj, sub)
+        self.update_locked(&mut st, def, version, key, &cur, obj, sub, track)
             .map(|o| (o, false))
+    }
+
+    /// Who the current request writes for (the server itself outside a request).
+    fn writer(def: &ResourceDef, version: &str, sub: Sub) -> fieldmanager::Writer {
+        let options = crate::reqctx::write_options();
+        let subresource = match sub {
+            Sub::Status => "status",
+            Sub::Main if options.as_ref().is_some_and(|o| o.subresource == "scale") => "scale",
+            Sub::Main => "",
+        };
+        let manager = options.map_or_else(|| "kube-apiserver".to_string(), |o| o.field_manager);
+        fieldmanager::Writer {
+            manager,
+            subresource,
+            api_version: def.api_version(version),
+            time: now_rfc3339(),
+        }
+    }
+
+    /// Records the write in `obj`'s managed fields (`old` is None on create); an apply that
+    /// changes fields others own fails here with the real 409.
+    fn track(
+        def: &ResourceDef,
+        version: &str,
+        sub: Sub,
+        old: Option<&Value>,
+        obj: &mut Value,
+        track: Track,
+    ) -> Result<(), ApiError> {
+        // Objects are stored in one version; their shape is that version's.
+        let stored = crate::convert::storage_api_version(&def.gr)
+            .and_then(|av| av.rsplit('/').next().map(str::to_string))
+            .unwrap_or_else(|| version.to_string());
+        let ks = crate::openapi::field_schema(def, &stored);
+        let writer = Self::writer(def, version, sub);
+        match track {
+            Track::Update => {
+                fieldmanager::record_update(ks.root(), def.status, old, obj, &writer);
+                Ok(())
+            }
+            Track::Apply { set, force } => {
+                fieldmanager::record_apply(ks.root(), def.status, old, obj, set, force, &writer)
+                    .map_err(|c| ApiError::apply_conflict(&c))
+            }
+        }
     }
 
     pub fn delete(
@@ -1584,6 +1656,7 @@ impl Store {
                             &o,
                             obj,
                             Sub::Main,
+                            Track::Update,
                         );
                     }
                     changed = true;
@@ -1622,6 +1695,10 @@ impl Store {
         }
         changed
     }
+}
+
+fn writer_force() -> bool {
+    crate::reqctx::write_options().is_some_and(|o| o.force)
 }
 
 /// A namespace stays while its spec.finalizers are set, even with no metadata finalizers.

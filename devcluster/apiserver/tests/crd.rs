@@ -224,15 +224,20 @@ async fn server_side_apply() {
         .await
         .unwrap();
     assert_eq!(w.spec.size, 1);
-    // Merges on later applies.
+    // A later apply by the same manager: what it no longer applies (label a) is removed, as
+    // on a real server, since nobody else owns it.
     let applied = json!({"apiVersion": "test.devcluster.io/v1", "kind": "Widget", "metadata": {"name": "ssa", "labels": {"b": "2"}}, "spec": {"size": 2, "color": "red"}});
     let w = api
         .patch("ssa", &pp.clone().force(), &Patch::Apply(&applied))
         .await
         .unwrap();
     assert_eq!(w.spec.size, 2);
-    assert_eq!(w.labels().get("a").map(String::as_str), Some("1"));
+    assert_eq!(w.labels().get("a"), None);
     assert_eq!(w.labels().get("b").map(String::as_str), Some("2"));
+    let managed = w.managed_fields();
+    assert_eq!(managed.len(), 1, "{managed:?}");
+    assert_eq!(managed[0].manager.as_deref(), Some("test-manager"));
+    assert_eq!(managed[0].operation.as_deref(), Some("Apply"));
     // Status apply through /status.
     let st = json!({"apiVersion": "test.devcluster.io/v1", "kind": "Widget", "status": {"phase": "Applied", "observed": 2}});
     let w = api
@@ -240,13 +245,14 @@ async fn server_side_apply() {
         .await
         .unwrap();
     assert_eq!(w.status.unwrap().phase, "Applied");
-    // Apply without a field manager is a 400, like the real server.
+    // Apply without a field manager is the real server's 422 on PatchOptions.
     let err = api
         .patch("ssa", &PatchParams::default(), &Patch::Apply(&applied))
         .await
         .unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.code == 400),
+        matches!(err, kube::Error::Api(ref s) if s.code == 422
+            && s.message == "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"),
         "{err:?}"
     );
     // Built-in kinds too, with strategic merge on container lists.

@@ -45,6 +45,17 @@ async fn status_of(client: &Client, name: &str) -> serde_json::Value {
     serde_json::to_value(api.get(name).await.unwrap().status).unwrap()
 }
 
+/// The HPA's status once it records `desired` replicas. The controller scales first and
+/// writes its status after (with an Event between), so a read right after the Deployment
+/// shows the new size may still see the status of the sync before.
+async fn status_at(client: &Client, name: &str, desired: i64) -> serde_json::Value {
+    eventually("the status of the rescale", 30, || async {
+        let status = status_of(client, name).await;
+        (status["desiredReplicas"] == desired).then_some(status)
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cpu_load_scales_a_deployment_up_and_back_down() {
     let h = start(Ipv4Addr::new(127, 71, 0, 0), |c| {
@@ -87,7 +98,7 @@ async fn cpu_load_scales_a_deployment_up_and_back_down() {
     })
     .await;
     eprintln!("cpu: 1 -> 3 replicas in {:?}", started.elapsed());
-    let status = status_of(&client, "burner").await;
+    let status = status_at(&client, "burner", 3).await;
     let util = status["currentMetrics"][0]["resource"]["current"]["averageUtilization"]
         .as_i64()
         .unwrap();
@@ -120,7 +131,7 @@ async fn cpu_load_scales_a_deployment_up_and_back_down() {
         "cpu: 3 -> 1 replicas in {:?} after the load stopped",
         stopped.elapsed()
     );
-    let status = status_of(&client, "burner").await;
+    let status = status_at(&client, "burner", 1).await;
     let conds = status["conditions"].as_array().unwrap().clone();
     assert!(
         conds.iter().any(|c| c["type"] == "ScalingLimited"),
@@ -229,7 +240,7 @@ async fn calls_per_second_on_the_service_scale_up_and_back_down() {
     })
     .await;
     eprintln!("qps: 1 -> 3 replicas in {:?}", started.elapsed());
-    let status = status_of(&client, "counter").await;
+    let status = status_at(&client, "counter", 3).await;
     eprintln!(
         "qps measured: {}",
         status["currentMetrics"][0]["object"]["current"]["value"]
