@@ -11,11 +11,14 @@ stage_secs=()
 stage() {
   local name="$1"; shift
   log "$name"
-  local start=$SECONDS
-  "$@"
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
   local took=$((SECONDS - start))
+  # A failed stage is timed and listed too, then ends the run.
+  [ "$rc" -eq 0 ] || name="$name (FAILED, exit $rc)"
   stage_names+=("$name"); stage_secs+=("$took")
   log "$name: ${took} s"
+  return "$rc"
 }
 summary() {
   log "time per stage:"
