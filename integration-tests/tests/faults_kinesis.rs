@@ -12,13 +12,13 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType};
+use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use integration_tests::faults::{self, EVENTS, Freeze, MAX_ATTEMPTS, Trigger};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kubeless_api::KinesisTrigger;
 use kubeless_testkit::{
-    Moto, NS, RecordingFunction, TestCluster, create_stream, register_function,
+    Moto, NS, RecordingFunction, TestCluster, create_stream, read_stream, register_function,
 };
 use serde_json::json;
 
@@ -40,33 +40,11 @@ fn dead_letter_id(record: &[u8]) -> Option<usize> {
 
 /// Every dead letter of every shard of `stream` as event ids, from TRIM_HORIZON.
 async fn read_dead_letters(k: &KinesisClient, stream: &str) -> Vec<usize> {
-    let shards = k.list_shards().stream_name(stream).send().await.unwrap();
-    let mut ids = Vec::new();
-    for shard in shards.shards() {
-        let mut it = k
-            .get_shard_iterator()
-            .stream_name(stream)
-            .shard_id(shard.shard_id())
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .unwrap()
-            .shard_iterator()
-            .map(str::to_string);
-        while let Some(i) = it.take() {
-            let r = k.get_records().shard_iterator(i).send().await.unwrap();
-            if r.records().is_empty() {
-                break;
-            }
-            ids.extend(
-                r.records()
-                    .iter()
-                    .filter_map(|r| dead_letter_id(r.data().as_ref())),
-            );
-            it = r.next_shard_iterator().map(str::to_string);
-        }
-    }
-    ids
+    read_stream(k, stream)
+        .await
+        .iter()
+        .filter_map(|data| dead_letter_id(data))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,6 +292,37 @@ pub async fn create_stream(k: &aws_sdk_kinesis::Client, name: &str, shards: i32)
     .await;
 }
 
+/// Every record's data in every shard of `stream`, from TRIM_HORIZON, shard after shard (at most
+/// 100 GetRecords calls a shard: a test stream is small).
+#[cfg(feature = "kinesis")]
+pub async fn read_stream(k: &aws_sdk_kinesis::Client, stream: &str) -> Vec<Vec<u8>> {
+    use aws_sdk_kinesis::types::ShardIteratorType;
+    let shards = k.list_shards().stream_name(stream).send().await.unwrap();
+    let mut out = Vec::new();
+    for shard in shards.shards() {
+        let mut it = k
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(shard.shard_id())
+            .shard_iterator_type(ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .unwrap()
+            .shard_iterator()
+            .map(str::to_string);
+        for _ in 0..100 {
+            let Some(i) = it.take() else { break };
+            let r = k.get_records().shard_iterator(i).send().await.unwrap();
+            if r.records().is_empty() {
+                break;
+            }
+            out.extend(r.records().iter().map(|r| r.data().as_ref().to_vec()));
+            it = r.next_shard_iterator().map(str::to_string);
+        }
+    }
+    out
+}
+
 impl Drop for Moto {
     fn drop(&mut self) {
         stop(&mut self.child);

@@ -13,9 +13,9 @@ mod cluster;
 mod function;
 mod process;
 
-#[cfg(feature = "kinesis")]
-pub use brokers::create_stream;
 pub use brokers::{MOTO_REGION, Moto, NatsServer, Tansu};
+#[cfg(feature = "kinesis")]
+pub use brokers::{create_stream, read_stream};
 pub use cluster::{NS, TestCluster, TestDir, register_function};
 pub use function::{Received, RecordingFunction, Reply};
 pub use process::{ServiceProcess, eventually, free_port, signal, target_dir};

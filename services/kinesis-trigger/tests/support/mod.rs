@@ -60,31 +60,9 @@ pub async fn put(k: &KinesisClient, stream: &str, key: &str, body: &str) -> (Str
     (o.shard_id().to_string(), o.sequence_number().to_string())
 }
 
-/// Every record of every shard of `stream`, from TRIM_HORIZON (bounded number of calls).
+/// Every record of every shard of `stream`, from TRIM_HORIZON (testkit).
 pub async fn read_all(k: &KinesisClient, stream: &str) -> Vec<Vec<u8>> {
-    let mut out = Vec::new();
-    for shard in shard_ids(k, stream).await {
-        let mut it = k
-            .get_shard_iterator()
-            .stream_name(stream)
-            .shard_id(&shard)
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .unwrap()
-            .shard_iterator()
-            .map(str::to_string);
-        for _ in 0..20 {
-            let Some(i) = it.take() else { break };
-            let r = k.get_records().shard_iterator(i).send().await.unwrap();
-            if r.records().is_empty() {
-                break;
-            }
-            out.extend(r.records().iter().map(|r| r.data().as_ref().to_vec()));
-            it = r.next_shard_iterator().map(str::to_string);
-        }
-    }
-    out
+    kubeless_testkit::read_stream(k, stream).await
 }
 
 /// Compares Kinesis sequence numbers (decimal strings of up to 128 bits).
