@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kubeless_api::conditions::reasons;
-use kubeless_api::function::DEFAULT_PORT_NAME;
 use kubeless_api::triggers::StartingPosition;
 use kubeless_api::{DeliveryPolicy, Function, KinesisTrigger};
 use kubeless_invoke::FunctionTarget;
@@ -72,36 +71,6 @@ fn non_empty(s: Option<&String>) -> Option<String> {
     s.map(|s| s.trim())
         .filter(|s| !s.is_empty())
         .map(str::to_string)
-}
-
-/// The invoker's target for a function: its Service port (by name for EndpointSlices) and timeout.
-pub fn function_target(f: &Function, namespace: &str) -> FunctionTarget {
-    let timeout = f
-        .spec
-        .timeout_duration()
-        .unwrap_or(std::time::Duration::from_secs(
-            kubeless_invoke::target::DEFAULT_TIMEOUT_SECS,
-        ));
-    let port = f
-        .spec
-        .service_port()
-        .ok()
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(kubeless_invoke::target::DEFAULT_PORT);
-    let port_name = f
-        .spec
-        .service_spec()
-        .ok()
-        .flatten()
-        .and_then(|s| s.ports)
-        .and_then(|ports| ports.into_iter().next())
-        .and_then(|p| p.name)
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| DEFAULT_PORT_NAME.to_string());
-    FunctionTarget::new(namespace, f.name_any())
-        .with_port(port)
-        .with_port_name(port_name)
-        .with_timeout(timeout)
 }
 
 fn plan_one(t: &KinesisTrigger, functions: &[Function]) -> Result<ReaderConfig, Problem> {
@@ -174,7 +143,7 @@ fn plan_one(t: &KinesisTrigger, functions: &[Function]) -> Result<ReaderConfig, 
         policy,
         starting,
         starting_timestamp_ms,
-        target: function_target(function, &namespace),
+        target: FunctionTarget::for_function(function, &namespace),
     })
 }
 
@@ -204,6 +173,7 @@ pub fn plan(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use kubeless_api::function::DEFAULT_PORT_NAME;
     use serde_json::json;
     use std::sync::Arc;
 

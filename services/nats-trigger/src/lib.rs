@@ -16,7 +16,6 @@ pub mod deliver;
 pub mod metrics;
 pub mod plan;
 pub mod reconciler;
-pub mod selector;
 pub mod subscription;
 
 use std::sync::Arc;

@@ -8,12 +8,10 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kubeless_api::conditions::reasons;
-use kubeless_api::function::DEFAULT_PORT_NAME;
 use kubeless_api::labels::consumer_group_name;
 use kubeless_api::{DeliveryPolicy, Function, NatsTrigger};
 use kubeless_invoke::FunctionTarget;
-
-use crate::selector;
+use kubeless_trigger::FunctionSelector;
 
 /// Trigger annotation that lets the service create a missing JetStream stream (there is no
 /// spec field for it, and creating streams silently would hide typos in subjects).
@@ -163,7 +161,7 @@ fn plan_trigger(
         }
         _ => None,
     };
-    selector::validate(&spec.function_selector).map_err(|e| Problem {
+    let selector = FunctionSelector::new(&spec.function_selector).map_err(|e| Problem {
         reason: reasons::INVALID_SELECTOR,
         message: e.to_string(),
     })?;
@@ -190,16 +188,11 @@ fn plan_trigger(
         if f.metadata.deletion_timestamp.is_some() || f.namespace().as_deref() != Some(namespace) {
             continue;
         }
-        let selected =
-            selector::matches(&spec.function_selector, f.labels()).map_err(|e| Problem {
-                reason: reasons::INVALID_SELECTOR,
-                message: e.to_string(),
-            })?;
-        if !selected {
+        if !selector.matches(f.labels()) {
             continue;
         }
         let function = f.name_any();
-        let target = function_target(namespace, f);
+        let target = FunctionTarget::for_function(f, namespace);
         let queue_group = consumer_group_name(namespace, name, &function, &spec.topic);
         let mode = match (&spec.jet_stream, js_ack_wait) {
             (Some(js), Some(ack_wait)) => {
@@ -248,32 +241,6 @@ fn plan_trigger(
         ));
     }
     Ok(subs)
-}
-
-/// Where and how long to call a function: its Service's first port (by name, so EndpointSlices
-/// match), and `spec.timeout`. An invalid timeout is the function-controller's to report; the
-/// default is used here.
-pub fn function_target(namespace: &str, f: &Function) -> FunctionTarget {
-    let timeout = f.spec.timeout_duration().unwrap_or(Duration::from_secs(
-        kubeless_api::parse::DEFAULT_TIMEOUT_SECS,
-    ));
-    let port = f.spec.service_port().unwrap_or(8080);
-    let port_name = match f.spec.service_spec() {
-        Ok(Some(spec)) => spec
-            .ports
-            .and_then(|p| p.into_iter().next())
-            .and_then(|p| p.name)
-            .filter(|n| !n.is_empty()),
-        // No service template: the function-controller's default port name.
-        _ => Some(DEFAULT_PORT_NAME.to_string()),
-    };
-    let mut target = FunctionTarget::new(namespace, f.name_any())
-        .with_port(u16::try_from(port).unwrap_or(8080))
-        .with_timeout(timeout);
-    if let Some(n) = port_name {
-        target = target.with_port_name(n);
-    }
-    target
 }
 
 /// The stream name used when a trigger lets us create its stream and names none:
@@ -562,7 +529,7 @@ mod tests {
             json!({}),
             json!({"service": {"ports": [{"name": "web", "port": 9000, "targetPort": 9000}]}}),
         );
-        let t = function_target("default", &f);
+        let t = FunctionTarget::for_function(&f, "default");
         assert_eq!(t.port, 9000);
         assert_eq!(t.port_name.as_deref(), Some("web"));
         assert_eq!(t.timeout, Duration::from_secs(180));
