@@ -12,6 +12,7 @@ use k8s_openapi::{
     apimachinery::pkg::{api::resource::Quantity, util::intstr::IntOrString},
 };
 use kube::api::ObjectMeta;
+use kubeless_api::function::DEFAULT_PORT;
 use kubeless_api::{
     DeploymentTemplate, Function, FunctionSpec, ServiceTemplate, labels::function_labels,
 };
@@ -23,8 +24,6 @@ use crate::{
     source::Source,
 };
 
-/// Kubeless's default port of a function.
-pub const DEFAULT_PORT: i32 = 8080;
 /// Kubeless's default call timeout.
 pub const DEFAULT_TIMEOUT: &str = "180";
 /// Name of the function Service's port (the `http-` prefix is for Istio).

@@ -17,6 +17,7 @@ use k8s_openapi::api::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
+use kubeless_api::function::{DEFAULT_PORT, in_cluster_url};
 use kubeless_api::{
     Function,
     embedded::DeploymentTemplate,
@@ -38,8 +39,6 @@ pub const CONTENT_HASH: &str = "kubeless.io/content-hash";
 pub const SRC_DIR: &str = "/src";
 /// The emptyDir shared by init containers and the runtime (`KUBELESS_INSTALL_VOLUME`).
 pub const INSTALL_DIR: &str = "/kubeless";
-/// Default function port (`FUNC_PORT`).
-pub const DEFAULT_PORT: i32 = 8080;
 /// Name of the default Service port (the `http-` prefix is for Istio, as in Kubeless).
 pub const SERVICE_PORT_NAME: &str = "http-function-port";
 /// Name of the runtime container port (container port names are at most 15 characters).
@@ -292,7 +291,7 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         deployment,
         service,
         hpa,
-        url: format!("http://{name}.{namespace}.svc.cluster.local:{service_port}"),
+        url: in_cluster_url(&name, &namespace, service_port, &cfg.cluster_domain),
         image,
     })
 }

@@ -30,6 +30,8 @@ pub struct ControllerConfig {
     /// Set from a controller flag, not from the ConfigMap: needed on devcluster, where pods are
     /// processes sharing one network namespace.
     pub listen_on_pod_ip: bool,
+    /// Cluster DNS domain of `status.url` (a controller flag, like `listen_on_pod_ip`).
+    pub cluster_domain: String,
 }
 
 impl Default for ControllerConfig {
@@ -40,6 +42,7 @@ impl Default for ControllerConfig {
             provision_image: None,
             functions_namespace: None,
             listen_on_pod_ip: false,
+            cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
         }
     }
 }

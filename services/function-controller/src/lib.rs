@@ -77,6 +77,13 @@ pub struct ControllerArgs {
         default_missing_value = "true"
     )]
     pub listen_on_pod_ip: bool,
+    /// Cluster DNS domain, for the in-cluster URL in each Function's `status.url`.
+    #[arg(
+        long = "cluster-domain",
+        env = "KUBELESS_CLUSTER_DOMAIN",
+        default_value = kubeless_api::function::DEFAULT_CLUSTER_DOMAIN
+    )]
+    pub cluster_domain: String,
     /// How many Functions are reconciled at the same time.
     #[arg(
         long = "concurrency",
@@ -117,6 +124,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// See [`ControllerArgs::listen_on_pod_ip`].
     pub listen_on_pod_ip: bool,
+    /// See [`ControllerArgs::cluster_domain`].
+    pub cluster_domain: String,
 }
 
 impl Default for Settings {
@@ -128,6 +137,7 @@ impl Default for Settings {
             concurrency: 64,
             instance: None,
             listen_on_pod_ip: false,
+            cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
         }
     }
 }
@@ -139,6 +149,7 @@ impl Settings {
             kubeless_namespace,
             kubeless_config,
             listen_on_pod_ip,
+            cluster_domain,
             concurrency,
         } = args;
         Self {
@@ -148,6 +159,7 @@ impl Settings {
             concurrency: concurrency.max(1),
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
             listen_on_pod_ip,
+            cluster_domain,
         }
     }
 }
@@ -221,12 +233,14 @@ fn config_from(cm: &ConfigMap, s: &Settings) -> ControllerConfig {
         tracing::warn!(error = %p, source = ?std::error::Error::source(&p), "ignoring a bad controller ConfigMap key");
     }
     cfg.listen_on_pod_ip = s.listen_on_pod_ip;
+    cfg.cluster_domain.clone_from(&s.cluster_domain);
     cfg
 }
 
 fn default_config(s: &Settings) -> ControllerConfig {
     ControllerConfig {
         listen_on_pod_ip: s.listen_on_pod_ip,
+        cluster_domain: s.cluster_domain.clone(),
         ..ControllerConfig::default()
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::networking::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{Resource, ResourceExt};
+use kubeless_api::function::DEFAULT_PORT;
 use kubeless_api::{Function, HttpTrigger, labels, triggers::Gateway};
 
 /// Annotation names, per ingress controller.
@@ -40,8 +41,6 @@ pub mod annotations {
     pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 }
 
-/// Default Service port of a function (Kubeless: `http-function-port`, 8080).
-pub const DEFAULT_PORT: i32 = 8080;
 /// Realm of the nginx password prompt.
 pub const AUTH_REALM: &str = "Authentication Required";
 

@@ -194,8 +194,12 @@ impl Deliverer {
                 }
                 None => return None,
             }
-            let wait = (Duration::from_millis(500) * 2u32.saturating_pow(produce_attempt.min(8)))
-                .min(self.max_wait);
+            let wait = kubeless_api::delivery::exponential_backoff(
+                Duration::from_millis(500),
+                2.0,
+                self.max_wait,
+                produce_attempt.saturating_add(1),
+            );
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = cancel.cancelled() => return None,

@@ -14,7 +14,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod plan;
 pub mod record;
-pub mod selector;
+
 pub mod status;
 pub mod supervisor;
 
@@ -22,10 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::{Args, Parser, ValueEnum};
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use kubeless_api::{Function, KafkaTrigger};
 use kubeless_invoke::{ClientOptions, ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
@@ -84,7 +82,7 @@ pub struct TriggerArgs {
     /// Parallel lanes per partition with `key` or `none` ordering.
     #[arg(long, env = "KAFKA_PARTITION_LANES", default_value_t = 32)]
     pub lanes: usize,
-    /// Records buffered per partition before it is paused.
+    /// Records waiting per partition before it is no longer read (also librdkafka's prefetch per partition).
     #[arg(long, env = "KAFKA_MAX_QUEUED", default_value_t = 10_000)]
     pub max_queued: usize,
     /// Seconds a rebalance or stop waits for in-flight calls before abandoning them.
@@ -317,19 +315,13 @@ pub async fn run(
     // Caches of triggers and functions; any change wakes the reconcile loop.
     let notify = Arc::new(Notify::new());
     // Guarded watches: a malformed KafkaTrigger (or Function) costs only itself.
-    let (trig_reader, bad_triggers, trig_stream) = kubeless_service::guarded_watch::<KafkaTrigger>(
-        client.clone(),
-        ns,
-        watcher::Config::default(),
-    );
-    let (fn_reader, _, fn_stream) =
-        kubeless_service::guarded_watch::<Function>(client.clone(), ns, watcher::Config::default());
-    background.push(spawn_watch(
-        "KafkaTrigger",
-        trig_stream,
-        Arc::clone(&notify),
-    ));
-    background.push(spawn_watch("Function", fn_stream, Arc::clone(&notify)));
+    let (trig_reader, bad_triggers, trig_task) = kubeless_service::guarded_watch_notify::<
+        KafkaTrigger,
+    >(client.clone(), ns, Arc::clone(&notify));
+    let (fn_reader, _, fn_task) =
+        kubeless_service::guarded_watch_notify::<Function>(client.clone(), ns, Arc::clone(&notify));
+    background.push(trig_task);
+    background.push(fn_task);
     let recorder = Recorder::new(client.clone(), reporter);
 
     let leader = settings.lease.clone().map(|lease| {
@@ -407,22 +399,6 @@ pub async fn run(
 }
 
 /// Drives one guarded watch; every change (or error, retried with backoff) wakes the loop.
-fn spawn_watch(
-    kind: &'static str,
-    stream: impl futures::Stream<Item = Result<(), watcher::Error>> + Send + 'static,
-    notify: Arc<Notify>,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                tracing::warn!(kind, error = %e, "watch failed; retrying");
-            }
-            notify.notify_one();
-        }
-    })
-}
-
 async fn write_statuses(
     client: &Client,
     triggers: &[KafkaTrigger],

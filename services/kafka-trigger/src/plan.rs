@@ -7,12 +7,11 @@ use std::fmt;
 use std::str::FromStr;
 
 use kube::ResourceExt;
-use kubeless_api::function::DEFAULT_PORT_NAME;
 use kubeless_api::labels::consumer_group_name;
 use kubeless_api::{DeliveryPolicy, Function, KafkaTrigger};
 use kubeless_invoke::FunctionTarget;
 
-use crate::selector;
+use kubeless_trigger::FunctionSelector;
 
 /// Annotation on a KafkaTrigger that overrides the service-wide `--ordering` for it.
 pub const ORDERING_ANNOTATION: &str = "kafkatriggers.kubeless.io/ordering";
@@ -107,35 +106,6 @@ pub struct Plan {
     pub triggers: Vec<TriggerPlan>,
 }
 
-fn function_target(f: &Function, namespace: &str) -> FunctionTarget {
-    let timeout = f
-        .spec
-        .timeout_duration()
-        .unwrap_or(std::time::Duration::from_secs(
-            kubeless_invoke::target::DEFAULT_TIMEOUT_SECS,
-        ));
-    let port = f
-        .spec
-        .service_port()
-        .ok()
-        .and_then(|p| u16::try_from(p).ok())
-        .unwrap_or(kubeless_invoke::target::DEFAULT_PORT);
-    let port_name = f
-        .spec
-        .service_spec()
-        .ok()
-        .flatten()
-        .and_then(|s| s.ports)
-        .and_then(|ports| ports.into_iter().next())
-        .and_then(|p| p.name)
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| DEFAULT_PORT_NAME.to_string());
-    FunctionTarget::new(namespace, f.name_any())
-        .with_port(port)
-        .with_port_name(port_name)
-        .with_timeout(timeout)
-}
-
 /// Service-wide defaults the plan applies.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Defaults {
@@ -188,11 +158,11 @@ pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaul
                 })?,
                 None => default_ordering,
             };
-            selector::validate(&t.spec.function_selector)
+            let selector = FunctionSelector::new(&t.spec.function_selector)
                 .map_err(|e| TriggerProblem::InvalidSelector(e.to_string()))?;
-            Ok((policy, ordering))
+            Ok((policy, ordering, selector))
         })();
-        let (policy, ordering) = match spec_problem {
+        let (policy, ordering, selector) = match spec_problem {
             Ok(v) => v,
             Err(p) => {
                 tp.problem = Some(p);
@@ -212,14 +182,14 @@ pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaul
             .filter(|f| {
                 f.metadata.deletion_timestamp.is_none()
                     && f.namespace().as_deref() == Some(namespace.as_str())
-                    && selector::matches(&t.spec.function_selector, f.labels())
+                    && selector.matches(f.labels())
             })
             .collect();
         selected.sort_by_key(|f| f.name_any());
         if selected.is_empty() {
             tp.problem = Some(TriggerProblem::NoFunctionsSelected(format!(
                 "no Function in namespace {namespace} matches {}",
-                selector::describe(&t.spec.function_selector)
+                selector
             )));
         }
         for f in selected {
@@ -239,7 +209,7 @@ pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaul
                     dead_letter_topic: dead_letter_topic.clone(),
                     policy,
                     ordering,
-                    target: function_target(f, &namespace),
+                    target: FunctionTarget::for_function(f, &namespace),
                 },
             );
         }

@@ -193,8 +193,12 @@ impl ShardReader {
     }
 
     fn backoff(&self, failures: u32) -> Duration {
-        (Duration::from_millis(250) * 2u32.saturating_pow(failures.min(10)))
-            .min(self.polling.max_backoff)
+        kubeless_api::delivery::exponential_backoff(
+            Duration::from_millis(250),
+            2.0,
+            self.polling.max_backoff,
+            failures.saturating_add(1),
+        )
     }
 
     /// `false` when cancelled.

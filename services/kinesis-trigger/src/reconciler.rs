@@ -6,14 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{reflector, watcher};
-use kube::{Api, Resource};
+use kube::runtime::reflector;
+use kube::Api;
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, KinesisTrigger, KinesisTriggerStatus};
-use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -42,8 +40,16 @@ impl Reconciler {
         let changed = Arc::clone(&self.shared.changed);
         // Guarded: a malformed KinesisTrigger (or Function) costs only itself.
         let (triggers, bad_triggers, trigger_task) =
-            self.watch::<KinesisTrigger>(Arc::clone(&changed));
-        let (functions, _, function_task) = self.watch::<Function>(Arc::clone(&changed));
+            kubeless_service::guarded_watch_notify::<KinesisTrigger>(
+                self.shared.client.clone(),
+                self.namespace.as_deref(),
+                Arc::clone(&changed),
+            );
+        let (functions, _, function_task) = kubeless_service::guarded_watch_notify::<Function>(
+            self.shared.client.clone(),
+            self.namespace.as_deref(),
+            Arc::clone(&changed),
+        );
         let recorder = Recorder::new(
             self.shared.client.clone(),
             Reporter {
@@ -100,42 +106,6 @@ impl Reconciler {
         }
         while stopping.join_next().await.is_some() {}
         self.active.store(0, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    fn watch<K>(
-        &self,
-        changed: Arc<Notify>,
-    ) -> (
-        reflector::Store<K>,
-        kubeless_service::InvalidObjects,
-        tokio::task::JoinHandle<()>,
-    )
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-    {
-        let (store, invalid, stream) = kubeless_service::guarded_watch::<K>(
-            self.shared.client.clone(),
-            self.namespace.as_deref(),
-            watcher::Config::default(),
-        );
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(()) => changed.notify_one(),
-                    Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
-                    }
-                }
-            }
-        });
-        (store, invalid, task)
     }
 
     /// Starts missing readers, stops unwanted ones, restarts changed ones.

@@ -5,11 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{reflector, watcher};
-use kube::{Api, Client, Resource};
+use kube::runtime::reflector;
+use kube::{Api, Client};
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, NatsTrigger, NatsTriggerStatus};
 use kubeless_invoke::Invoker;
@@ -57,8 +56,16 @@ impl Reconciler {
         let changed = Arc::new(Notify::new());
         // Guarded: a malformed NATSTrigger (or Function) costs only itself.
         let (triggers, bad_triggers, trigger_task) =
-            self.watch::<NatsTrigger>(Arc::clone(&changed));
-        let (functions, _, function_task) = self.watch::<Function>(Arc::clone(&changed));
+            kubeless_service::guarded_watch_notify::<NatsTrigger>(
+                self.client.clone(),
+                self.namespace.as_deref(),
+                Arc::clone(&changed),
+            );
+        let (functions, _, function_task) = kubeless_service::guarded_watch_notify::<Function>(
+            self.client.clone(),
+            self.namespace.as_deref(),
+            Arc::clone(&changed),
+        );
         let reporter = Reporter {
             controller: FIELD_MANAGER.into(),
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
@@ -127,42 +134,6 @@ impl Reconciler {
 
     fn may_write_status(&self) -> bool {
         self.leader.as_ref().is_none_or(|l| *l.borrow())
-    }
-
-    fn watch<K>(
-        &self,
-        changed: Arc<Notify>,
-    ) -> (
-        reflector::Store<K>,
-        kubeless_service::InvalidObjects,
-        tokio::task::JoinHandle<()>,
-    )
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-    {
-        let (store, invalid, stream) = kubeless_service::guarded_watch::<K>(
-            self.client.clone(),
-            self.namespace.as_deref(),
-            watcher::Config::default(),
-        );
-        let task = tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(()) => changed.notify_one(),
-                    Err(e) => {
-                        tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
-                    }
-                }
-            }
-        });
-        (store, invalid, task)
     }
 
     /// Starts missing subscriptions, stops unwanted ones, restarts changed ones.

@@ -66,14 +66,30 @@ impl DeliveryPolicy {
     /// Backoff to wait after failed attempt number `failed_attempt` (1-based):
     /// `initial * multiplier^(n-1)`, capped at `max_backoff`.
     pub fn backoff(&self, failed_attempt: u32) -> Duration {
-        let exp = failed_attempt.saturating_sub(1).min(64) as i32;
-        let secs = self.initial_backoff.as_secs_f64() * self.multiplier.powi(exp);
-        let max = self.max_backoff.as_secs_f64();
-        if !secs.is_finite() || secs >= max {
-            self.max_backoff
-        } else {
-            Duration::from_secs_f64(secs)
-        }
+        exponential_backoff(
+            self.initial_backoff,
+            self.multiplier,
+            self.max_backoff,
+            failed_attempt,
+        )
+    }
+}
+
+/// The one backoff formula of the project (trigger retries, the invoker, controllers' requeues,
+/// broker reconnects): before retry `n` (1-based; 0 counts as 1) wait
+/// `min(max, initial * multiplier^(n-1))`. A multiplier below 1 or not finite counts as 1.
+pub fn exponential_backoff(initial: Duration, multiplier: f64, max: Duration, n: u32) -> Duration {
+    let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
+    let multiplier = if multiplier.is_finite() && multiplier >= 1.0 {
+        multiplier
+    } else {
+        1.0
+    };
+    let secs = initial.as_secs_f64() * multiplier.powi(exp);
+    if !secs.is_finite() || secs >= max.as_secs_f64() {
+        max
+    } else {
+        Duration::from_secs_f64(secs.max(0.0))
     }
 }
 

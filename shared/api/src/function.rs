@@ -21,9 +21,13 @@ pub const DEFAULT_PORT: i32 = 8080;
 /// Default Service port name; the `http-` prefix lets Istio detect the protocol.
 pub const DEFAULT_PORT_NAME: &str = "http-function-port";
 
-/// In-cluster URL of a function's Service: `http://<name>.<namespace>.svc.cluster.local:<port>`.
-pub fn in_cluster_url(name: &str, namespace: &str, port: i32) -> String {
-    format!("http://{name}.{namespace}.svc.cluster.local:{port}")
+/// Kubernetes's default cluster DNS domain.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
+
+/// In-cluster URL of a function's Service: `http://<name>.<namespace>.svc.<cluster_domain>:<port>`.
+pub fn in_cluster_url(name: &str, namespace: &str, port: i32, cluster_domain: &str) -> String {
+    let domain = cluster_domain.trim_matches('.');
+    format!("http://{name}.{namespace}.svc.{domain}:{port}")
 }
 
 /// A function: source code (or a prebuilt image), its runtime, and templates for the
@@ -129,7 +133,8 @@ pub struct FunctionStatus {
     /// Ready replicas of the function's Deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_replicas: Option<i32>,
-    /// In-cluster URL of the function, `http://<name>.<namespace>.svc.cluster.local:<port>`.
+    /// In-cluster URL of the function, `http://<name>.<namespace>.svc.<cluster-domain>:<port>`
+    /// (the function-controller's `--cluster-domain`, `cluster.local` by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     /// Runtime image the function runs on.

@@ -221,7 +221,7 @@ fn function_field_helpers() {
     let partial: Function = fixture("function-partial-deployment.yaml");
     assert_eq!(partial.spec.service_port().unwrap(), 9090);
     assert_eq!(
-        kubeless_api::function::in_cluster_url("hello", "default", 9090),
+        kubeless_api::function::in_cluster_url("hello", "default", 9090, "cluster.local."),
         "http://hello.default.svc.cluster.local:9090"
     );
 

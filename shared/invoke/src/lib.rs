@@ -7,7 +7,7 @@
 //! use std::sync::Arc;
 //! use kubeless_invoke::{ClusterDnsResolver, Event, FunctionTarget, Invoker, RetryPolicy};
 //! let invoker = Invoker::new(Arc::new(ClusterDnsResolver::default()));
-//! let target = FunctionTarget::new("default", "hello").with_timeout(kubeless_invoke::parse_timeout("30")?);
+//! let target = FunctionTarget::new("default", "hello").with_timeout(kubeless_api::parse::parse_timeout(Some("30"))?);
 //! let event = Event::new("kafkatriggers.kubeless.io").with_body(r#"{"a":1}"#);
 //! let outcome = invoker.invoke_with_retry(&target, &event, &RetryPolicy::default()).await;
 //! if !outcome.is_success() { /* dead-letter it */ }
@@ -27,4 +27,4 @@ pub use resolve::{
     StaticResolver, ready_endpoints,
 };
 pub use retry::{Class, Jitter, RetryPolicy, classify_status};
-pub use target::{FunctionTarget, InvalidTimeout, parse_timeout};
+pub use target::FunctionTarget;

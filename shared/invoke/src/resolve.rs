@@ -86,7 +86,7 @@ pub struct ClusterDnsResolver {
 
 impl Default for ClusterDnsResolver {
     fn default() -> Self {
-        Self::new("cluster.local")
+        Self::new(kubeless_api::function::DEFAULT_CLUSTER_DOMAIN)
     }
 }
 
@@ -100,10 +100,13 @@ impl ClusterDnsResolver {
 
 impl Resolve for ClusterDnsResolver {
     fn resolve(&self, t: &FunctionTarget) -> Result<Endpoint, ResolveError> {
-        Endpoint::parse(&format!(
-            "http://{}.{}.svc.{}:{}/",
-            t.name, t.namespace, self.cluster_domain, t.port
-        ))
+        let url = kubeless_api::function::in_cluster_url(
+            &t.name,
+            &t.namespace,
+            i32::from(t.port),
+            &self.cluster_domain,
+        );
+        Endpoint::parse(&format!("{url}/"))
     }
 }
 

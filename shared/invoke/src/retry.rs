@@ -81,19 +81,12 @@ impl RetryPolicy {
     /// The backoff ceiling before retry number `retry` (1 = before the second attempt), without
     /// jitter: `min(max_backoff, initial_backoff * multiplier^(retry-1))`.
     pub fn base_backoff(&self, retry: u32) -> Duration {
-        let exp = i32::try_from(retry.saturating_sub(1)).unwrap_or(i32::MAX);
-        let multiplier = if self.multiplier.is_finite() && self.multiplier >= 1.0 {
-            self.multiplier
-        } else {
-            1.0
-        };
-        let secs = self.initial_backoff.as_secs_f64() * multiplier.powi(exp);
-        let max = self.max_backoff.as_secs_f64();
-        if !secs.is_finite() || secs >= max {
-            self.max_backoff
-        } else {
-            Duration::from_secs_f64(secs.max(0.0))
-        }
+        kubeless_api::delivery::exponential_backoff(
+            self.initial_backoff,
+            self.multiplier,
+            self.max_backoff,
+            retry,
+        )
     }
 
     /// The backoff before retry number `retry`, with jitter drawn from `rng`.

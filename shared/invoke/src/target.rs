@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use kubeless_api::{Function, function::DEFAULT_PORT_NAME};
 
-/// Kubeless default of `spec.timeout`, in seconds.
-pub const DEFAULT_TIMEOUT_SECS: u64 = 180;
-/// Kubeless default Service port of a function.
-pub const DEFAULT_PORT: u16 = 8080;
+pub use kubeless_api::parse::DEFAULT_TIMEOUT_SECS;
+
+/// Kubeless default Service port of a function ([`kubeless_api::function::DEFAULT_PORT`]).
+pub const DEFAULT_PORT: u16 = kubeless_api::function::DEFAULT_PORT as u16;
 
 /// The function to call: its Service, port and timeout.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,40 +88,9 @@ impl FunctionTarget {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid function timeout {value:?}: expected a positive whole number of seconds")]
-pub struct InvalidTimeout {
-    pub value: String,
-}
-
-/// Parses a function's `spec.timeout` (whole seconds as a string). Empty means the default 180 s.
-pub fn parse_timeout(value: &str) -> Result<Duration, InvalidTimeout> {
-    let v = value.trim();
-    if v.is_empty() {
-        return Ok(Duration::from_secs(DEFAULT_TIMEOUT_SECS));
-    }
-    match v.parse::<u64>() {
-        Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
-        _ => Err(InvalidTimeout {
-            value: value.to_string(),
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn timeout_parsing() {
-        assert_eq!(parse_timeout("180"), Ok(Duration::from_secs(180)));
-        assert_eq!(parse_timeout(" 5 "), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_timeout(""), Ok(Duration::from_secs(180)));
-        assert!(parse_timeout("0").is_err());
-        assert!(parse_timeout("-3").is_err());
-        assert!(parse_timeout("1.5").is_err());
-        assert!(parse_timeout("3m").is_err());
-    }
 
     #[test]
     fn defaults() {

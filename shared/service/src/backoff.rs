@@ -40,9 +40,12 @@ impl Backoff {
 
 /// The delay after `previous_failures` earlier failures: 1 s, 2 s, 4 s, ... capped at 5 min.
 pub fn backoff_delay(previous_failures: u32) -> Duration {
-    BACKOFF_INITIAL
-        .saturating_mul(2u32.saturating_pow(previous_failures.min(16)))
-        .min(BACKOFF_MAX)
+    kubeless_api::delivery::exponential_backoff(
+        BACKOFF_INITIAL,
+        2.0,
+        BACKOFF_MAX,
+        previous_failures.saturating_add(1),
+    )
 }
 
 #[cfg(test)]

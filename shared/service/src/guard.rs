@@ -156,6 +156,38 @@ where
     guarded_watch_stripped(client, namespace, config, |_| {})
 }
 
+/// [`guarded_watch`] driven by its own task, which wakes `changed` after every change: what a
+/// trigger needs to recompute its plan. A failing watch is logged and retried with backoff.
+pub fn guarded_watch_notify<K>(
+    client: Client,
+    namespace: Option<&str>,
+    changed: Arc<tokio::sync::Notify>,
+) -> (Store<K>, InvalidObjects, tokio::task::JoinHandle<()>)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, invalid, stream) =
+        guarded_watch::<K>(client, namespace, watcher::Config::default());
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(()) => changed.notify_one(),
+                Err(e) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %e, "watch failed; retrying")
+                }
+            }
+        }
+    });
+    (store, invalid, task)
+}
+
 /// [`guarded_watch`] that applies `strip` to each valid object before caching it (drop what
 /// the service never reads, to keep many objects cheap).
 pub fn guarded_watch_stripped<K>(

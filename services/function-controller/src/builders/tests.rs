@@ -313,6 +313,14 @@ fn service_defaults_and_custom_ports() {
         9090
     );
     assert_eq!(d.url, "http://hello.team.svc.cluster.local:80");
+
+    // --cluster-domain: clusters whose DNS domain is not cluster.local.
+    let c = ControllerConfig {
+        cluster_domain: "corp.internal".into(),
+        ..cfg()
+    };
+    let d = build(&py(json!({})), &c).unwrap();
+    assert_eq!(d.url, "http://hello.team.svc.corp.internal:8080");
 }
 
 #[test]
