@@ -229,7 +229,6 @@ async fn list(ctx: &Ctx, a: OutArgs) -> Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use kubeless_api::HpaTemplate;
 

@@ -391,7 +391,6 @@ mod kinesis {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

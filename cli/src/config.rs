@@ -202,7 +202,6 @@ pub async fn get_server_config(ctx: &Ctx) -> Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

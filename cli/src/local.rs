@@ -340,7 +340,6 @@ fn parse_serve_args(argv: &[String]) -> Result<ServeArgs> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

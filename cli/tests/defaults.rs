@@ -1,6 +1,6 @@
 //! `devcluster up` with its defaults, run from a fresh directory as the README says: the
 //! default (relative) state directory must work for pods that mount volumes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -5,7 +5,7 @@
 //!
 //! Needs the binaries `cargo build -p function-controller -p kubeless-runtime -p devcluster --bins`
 //! leaves next to this test's kubeless binary.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,5 +1,5 @@
 //! `kubeless function deploy|update|list|describe|delete` against devcluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

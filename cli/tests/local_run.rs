@@ -1,7 +1,7 @@
 //! `kubeless function run`: a function served from local files with no cluster at all (no
 //! kubeconfig either), through the real runtime and this machine's python3 and node; the
 //! commands of docs/cli.md's example (`function init`, then `function run`), with a free port.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::{path::Path, process::Stdio, time::Duration};
 

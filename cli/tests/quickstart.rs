@@ -1,7 +1,7 @@
 //! Walks docs/quickstart.md: every ```bash block, in order, exactly as written, in one bash
 //! from the repository root. Needs kubectl and the tansu broker (`scripts/lib.sh`'s
 //! ensure_tools installs both).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::{path::Path, process::Stdio, time::Duration};
 

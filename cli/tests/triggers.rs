@@ -1,5 +1,5 @@
 //! `kubeless trigger ...`, `autoscale ...`, `version`, `completion` against devcluster.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Stock `kubectl port-forward` into a pod the runner started: over the WebSocket
 //! tunnel (kubectl 1.32's first choice) and the SPDY upgrade (its fallback), to a pod
 //! and through a Service, with concurrent connections, a closed port and RBAC.

@@ -7,7 +7,7 @@
 //! NATS, Kafka (tansu) and Kinesis (moto). The test fails if a service log mentions
 //! "forbidden". Uses the binaries `cargo build --workspace --bins` left in this test's target
 //! dir (scripts/test.sh builds them first) and the brokers .ci/run installs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::collections::BTreeMap;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! The README's main job (scripts/demo.sh): devcluster, the CRDs, the function-controller, a
 //! Python function deployed and called with the kubeless CLI. Uses the binaries `cargo build
 //! --workspace --bins` left in this test's target dir (scripts/test.sh builds them first).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::{process::Command, time::Duration};
 

@@ -6,7 +6,7 @@
 //! 0), duplicated, out of order within a key (must be 0: a shard is delivered in sequence order
 //! and a key stays in one shard), and dead-lettered (exactly the poison events).
 //! Uses the binaries `cargo build --workspace --bins` left in the target dir.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! only: JetStream delivery is not ordered across redeliveries, docs/nats-trigger.md), and
 //! dead-lettered (exactly the poison events).
 //! Uses the binaries `cargo build --workspace --bins` left in the target dir.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::time::{Duration, Instant};
 

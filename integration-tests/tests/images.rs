@@ -7,7 +7,7 @@
 //! Needs buildah, podman, runc, docker-registry and debootstrap (scripts/lib.sh ensure_tools
 //! installs them) and root. scripts/test.sh runs `scripts/images.sh build` before `cargo test`
 //! (the cold build, whose times it prints); this test rebuilds (cached) and checks the result.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::{
     collections::BTreeMap,

@@ -271,7 +271,6 @@ pub fn render(samples: &[Sample], scrape_error: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

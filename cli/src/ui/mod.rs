@@ -1205,7 +1205,6 @@ async fn delete_trigger(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -417,7 +417,6 @@ pub struct TriggerSection {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use kubeless_api::{FunctionSpec, FunctionStatus};
 

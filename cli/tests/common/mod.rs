@@ -1,6 +1,6 @@
 //! Shared helpers of the CLI integration tests: a devcluster with the Kubeless CRDs, a runner
 //! for the real `kubeless` binary, snapshot comparison and a stand-in function deployment.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::{
     collections::BTreeMap,

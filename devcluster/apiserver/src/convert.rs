@@ -512,7 +512,6 @@ fn metric_status_v1_to_v2(m: &Value) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

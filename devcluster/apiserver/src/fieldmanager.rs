@@ -1119,7 +1119,6 @@ pub fn record_apply(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

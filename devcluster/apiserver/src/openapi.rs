@@ -388,7 +388,6 @@ fn builtin_schema(group: &str, version: &str, kind: &str) -> Option<Arc<Value>> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -521,7 +521,6 @@ pub fn encode(doc: &Value) -> Vec<u8> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

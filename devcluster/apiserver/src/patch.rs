@@ -189,7 +189,6 @@ pub fn apply_config(config: &Value) -> Value {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -624,7 +624,6 @@ where
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     /// A client end of a session: encodes frames to the server and decodes its answers.

@@ -181,7 +181,6 @@ pub fn unknown_fields(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

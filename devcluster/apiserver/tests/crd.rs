@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! CustomResourceDefinitions: registration at run time, schema validation,
 //! status and scale subresources, printer columns, server-side apply, and a
 //! kube-runtime Controller reconciling a custom resource.

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! CRUD, conflicts, generation, selectors, paging and errors through kube::Client.
 
 use devcluster_apiserver::{ServerConfig, start};

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! `kubectl exec` (WebSocket, v5.channel.k8s.io) against the server, with a test
 //! backend standing in for the pod runner.
 

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Pod logs, service and pod proxy, events, authentication and the data dir.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! devcluster refuses what a real API server refuses: every bad Function input named in
 //! issue 16 is applied through kube::Client and through kubectl, and each must come back as a
 //! 422 Invalid whose causes name the field, from the CRD's schema constraints and CEL rules.

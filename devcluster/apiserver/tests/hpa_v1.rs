@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! HorizontalPodAutoscalers served as autoscaling/v1 beside v2, stored once: discovery,
 //! CRUD, patch, status and list in both versions, the real conversion (cpu target <->
 //! Resource metric, other metrics and status in the `autoscaling.alpha.kubernetes.io/*`

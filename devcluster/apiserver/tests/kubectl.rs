@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Runs devcluster/tests-kubectl/run.sh: stock kubectl against the server binary.
 
 use std::process::Command;

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Deletion: finalizers, ownerReference cascade (background, foreground, orphan), namespaces.
 
 use std::time::Duration;

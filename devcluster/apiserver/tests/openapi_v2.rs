@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! `/openapi/v2`: a Swagger 2.0 document with every kind, built-in and custom, named by
 //! `x-kubernetes-group-version-kind`, nullable fields keeping their type; served as JSON and
 //! in the protobuf kubectl asks for, and 406 for anything else. (`kubectl explain --output

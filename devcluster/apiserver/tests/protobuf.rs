@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Protobuf request bodies (`application/vnd.kubernetes.protobuf`), as kubectl sends them
 //! for built-in kinds: encoded with k8s-pb, posted raw, read back as JSON.
 

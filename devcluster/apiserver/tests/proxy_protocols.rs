@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! The service and pod proxies with HTTP/2 clients (an h2-only hyper client, ALPN
 //! `h2` and nothing to fall back to, and stock kubectl, which negotiates h2 too),
 //! and with an HTTP/1.1 upgrade passed through to the backend. The backend is

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Authentication and RBAC: ServiceAccount tokens from the TokenRequest API, Roles,
 //! ClusterRoles, bindings, subresources, resourceNames, aggregation, group subjects, the real
 //! server's 403 and 401 bodies, watch as its own verb, discovery, and ServiceAccount admission.

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Field ownership as a real API server keeps it: `metadata.managedFields` after every kind of
 //! write, server-side apply removing what a manager stops applying, conflicts (409 with the
 //! real message and causes) and `force`, shared ownership of equal values, keyed lists owned

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Watch: resume from a resourceVersion, selector transitions, bookmarks, 410, streaming lists.
 
 use std::time::Duration;

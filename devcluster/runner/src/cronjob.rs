@@ -303,7 +303,6 @@ async fn reconcile(ctx: &Ctx, cj: &CronJob) -> Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

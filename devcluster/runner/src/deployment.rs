@@ -420,7 +420,6 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -327,7 +327,6 @@ async fn write_slice(ctx: &Ctx, ns: &str, mut slice: EndpointSlice) -> Result<()
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -246,7 +246,6 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -365,7 +365,6 @@ async fn collect_orphans(ctx: &Ctx) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use std::time::Duration;

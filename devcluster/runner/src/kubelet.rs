@@ -1074,7 +1074,6 @@ async fn prepare_volumes(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

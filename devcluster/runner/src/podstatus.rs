@@ -243,7 +243,6 @@ pub fn exit_code_of(status: &std::process::ExitStatus) -> (i32, Option<i32>) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

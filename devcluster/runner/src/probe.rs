@@ -166,7 +166,6 @@ pub async fn http_get(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use tokio::net::TcpListener;

@@ -298,7 +298,6 @@ impl Drop for Running {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
@@ -453,7 +452,6 @@ mod tests {
 /// Runs only when started by `runner_sigkill_leaves_no_orphans`: spawns a
 /// container process, prints its pid and hangs until killed.
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod sigkill_helper {
     use super::*;
 

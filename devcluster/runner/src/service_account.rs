@@ -111,7 +111,6 @@ pub fn kubeconfig_yaml(server: &str, ca: &Path, token: &Path, namespace: &str) -
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -399,7 +399,6 @@ pub fn expand_dollar_vars(s: &str, vars: &BTreeMap<String, String>) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;

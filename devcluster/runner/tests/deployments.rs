@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Deployments on devcluster: served through the service proxy, scaled,
 //! rolled, with init containers feeding the main container through an emptyDir.
 

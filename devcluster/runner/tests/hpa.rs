@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! The HPA controller on real pods: CPU measured from /proc against cpu requests, and a
 //! counter scraped from the pods' /metrics (the stand-in for a Prometheus adapter). Replicas
 //! go up under load and back down once it stops (short scale-down window via `behavior`).

@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Bare pods: restarts with backoff, logs (follow, previous), unmapped images,
 //! env and volumes from ConfigMaps and Secrets.
 

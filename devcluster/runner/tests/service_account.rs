@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! ServiceAccount credentials in pods: the token, ca.crt, namespace and kubeconfig the runner
 //! writes reach the API server with exactly the RBAC of the pod's ServiceAccount, commands find
 //! them at the kubelet's mount path, and `automountServiceAccountToken: false` leaves a pod

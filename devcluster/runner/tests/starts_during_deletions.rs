@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! A pod start must not wait behind unrelated deletions: 200 Deployments whose pods ignore
 //! SIGTERM are deleted (each pod takes its grace period to stop), and a new Deployment created
 //! at that moment must have its pod running within seconds. Prints the start time beside the

@@ -310,7 +310,6 @@ fn compile_go(args: &CompileArgs) -> Result<Compiled, CompileError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

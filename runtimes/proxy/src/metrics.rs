@@ -92,7 +92,6 @@ impl Metrics {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

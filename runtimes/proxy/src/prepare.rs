@@ -268,7 +268,6 @@ pub fn prepare(args: &PrepareArgs) -> Result<(), PrepareError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -187,7 +187,6 @@ pub fn write_frame_blocking<W: Write, T: Serialize>(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -103,7 +103,6 @@ pub fn pool_size(i: SizingInput) -> PoolSize {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,6 @@
 //! The `compile` init step of Go and Java: dependencies without a registry, compiler errors,
 //! and Go's returned errors. (The shared HTTP contract runs for both in serve.rs.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

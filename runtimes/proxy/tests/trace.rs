@@ -4,7 +4,7 @@
 //!
 //! This test binary installs the global subscriber the way every trigger does
 //! (`kubeless_service::telemetry::init` with an OTLP endpoint), so it holds one test.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -344,7 +344,6 @@ pub async fn run(args: &InvokerArgs) -> Result<(Report, u8), InvokerError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use clap::Parser;

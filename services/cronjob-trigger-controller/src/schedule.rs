@@ -145,7 +145,6 @@ fn next_occurrence(cron: &Cron, after: Timestamp) -> Option<Timestamp> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -386,7 +386,6 @@ async fn record(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::schedule::Precision;

@@ -195,7 +195,6 @@ pub async fn apply(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use kubeless_api::conditions::{READY, find_condition};

@@ -8,7 +8,7 @@
 //!   functions are conditions.
 //! * Scheduler mode: a `*/2 * * * * *` schedule calls the function every two seconds without
 //!   any CronJob, with the same status.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -888,5 +888,4 @@ pub fn owned_by<T: Resource>(obj: &T, owner: &OwnerReference) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

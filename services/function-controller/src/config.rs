@@ -132,7 +132,6 @@ pub fn builtin_config_map_yaml() -> Result<String, String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

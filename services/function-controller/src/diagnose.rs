@@ -139,7 +139,6 @@ pub fn deployment_readiness(dep: &Deployment) -> (i32, i32, bool) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

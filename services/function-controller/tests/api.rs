@@ -1,6 +1,6 @@
 //! API-level tests: devcluster with the pod runner OFF (no pods run), the controller in-process.
 //! They check the objects, status, write counts, restarts, HPA, config changes and deletion.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -3,7 +3,7 @@
 //! function-controller and runtime, and devcluster's HPA controller (period 1 s). Load through
 //! the service proxy scales the Deployment up; once it stops (a 3 s scale-down window set
 //! through `behavior`) it comes back down.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! processes (the real `kubeless-runtime` binary and the Python/Node/Ruby/PHP workers), the controller
 //! runs in-process, calls go through the API server's service proxy. Dependency installs reach
 //! PyPI and npm, so Ready waits are generous (90 s).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! the controller SIGKILLed while it creates 200 Functions' objects, the Functions changed while
 //! it is down, then started again: every Function converges on its new spec; then SIGKILLed
 //! while deleting them all: after a restart nothing is left, no orphan child.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -4,7 +4,7 @@
 //!   InvalidSpec, and deleting it still cleans up its children and its finalizer;
 //! - a child object the API server refuses becomes `Ready=False` with the server's message and
 //!   a Warning Event, and the retries back off exponentially instead of every 5 s.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod common;
 

@@ -331,5 +331,4 @@ pub fn build_ingress(trigger: &HttpTrigger, port: &FunctionPort) -> Result<Ingre
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

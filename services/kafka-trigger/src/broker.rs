@@ -222,7 +222,6 @@ fn is_consumer_only(key: &str) -> bool {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::Parser;

@@ -219,7 +219,6 @@ pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaul
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

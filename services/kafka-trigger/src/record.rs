@@ -155,7 +155,6 @@ fn extract_parent(traceparent: &[u8], tracestate: Option<&[u8]>) -> opentelemetr
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -65,7 +65,6 @@ pub fn desired_status(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -362,7 +362,6 @@ pub fn run(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::Parser;

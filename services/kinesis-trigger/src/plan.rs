@@ -170,7 +170,6 @@ pub fn plan(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use kubeless_api::function::DEFAULT_PORT_NAME;

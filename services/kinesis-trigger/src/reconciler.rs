@@ -221,7 +221,6 @@ pub fn desired_status(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::plan::Problem;

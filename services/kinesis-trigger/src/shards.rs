@@ -184,7 +184,6 @@ fn decide_one(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

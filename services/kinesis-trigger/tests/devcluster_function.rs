@@ -1,7 +1,7 @@
 //! End to end on devcluster with a real Python function pod (kubeless-runtime) and the moto
 //! Kinesis emulator: records of a 2-shard stream reach the function in order per shard, and a
 //! restart resumes from the checkpoint with nothing lost.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

@@ -6,7 +6,7 @@
 //! version: an upgrade does not re-validate what is already stored. The test installs the
 //! KinesisTrigger CRD with the `retry` schema left open, which is that situation, so it stays
 //! valid however strict devcluster's schema validation becomes.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

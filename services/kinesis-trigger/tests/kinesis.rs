@@ -4,7 +4,7 @@
 //! then dead-lettered, status reasons, and a shard split followed parent-first.
 //!
 //! moto_server comes from `pip install 'moto[server]'` (or env MOTO_SERVER_BIN).
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

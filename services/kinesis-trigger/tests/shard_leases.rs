@@ -1,7 +1,7 @@
 //! Several replicas share one trigger's shards through a Lease per shard (moto + devcluster):
 //! the shards are split between the replicas, no record is delivered twice, and when a replica
 //! crashes the other takes its shards over after the Leases expire, from the checkpoints.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

@@ -167,7 +167,6 @@ impl NatsArgs {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use clap::Parser;

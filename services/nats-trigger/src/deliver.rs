@@ -452,7 +452,6 @@ pub fn build_event(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,6 @@
 //! End to end on devcluster with a real Python function pod (kubeless-runtime): a NATS request
 //! through the trigger reaches the function and its answer comes back.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

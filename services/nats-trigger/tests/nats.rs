@@ -1,6 +1,6 @@
 //! The trigger against a real nats-server (JetStream on) and devcluster, with local HTTP
 //! functions registered through EndpointSlices.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

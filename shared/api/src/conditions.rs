@@ -166,7 +166,6 @@ pub(crate) fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> sc
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -167,7 +167,6 @@ pub fn parse_duration(field: &'static str, input: &str) -> Result<Duration, Erro
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

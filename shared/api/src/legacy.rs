@@ -39,7 +39,6 @@ pub fn refusal(runtime: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,6 +1,6 @@
 //! The generated CRDs: structural-schema rules a real API server (apiextensions.k8s.io/v1)
 //! enforces, names and printer columns, and that deploy/crds/ is up to date.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::PathBuf;
 

@@ -4,7 +4,7 @@
 //! code devcluster's API server and the CLI's pre-send check both run, so what it refuses is
 //! refused at apply time. (That one bad object costs only itself in the running controllers is
 //! checked by each service's `guarded_watch` test.)
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::path::Path;
 

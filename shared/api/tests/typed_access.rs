@@ -1,5 +1,5 @@
 //! Typed accessors over the raw templates: partial Deployments, Services and v2beta1 HPAs.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use std::{path::PathBuf, time::Duration};
 

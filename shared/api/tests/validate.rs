@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! The CRD schema constraints and CEL rules refuse the inputs a real API server refuses, with
 //! the field path, through `kubeless_api::validate` (the same code devcluster runs).
 

@@ -327,7 +327,6 @@ pub fn inject_traceparent(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -500,7 +500,6 @@ impl Resolve for EndpointSliceResolver {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::api::discovery::v1::{

@@ -1,6 +1,6 @@
 //! The EndpointSlice watch against a devcluster API server, balancing real local servers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

@@ -1,6 +1,6 @@
 //! The invoker against real local HTTP servers.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

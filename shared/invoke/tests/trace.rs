@@ -1,6 +1,6 @@
 //! `traceparent` continues the caller's `tracing` span when OpenTelemetry is set up.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 mod support;
 

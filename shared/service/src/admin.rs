@@ -125,7 +125,6 @@ async fn readyz(State(state): State<AdminState>) -> Response {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use prometheus_client::metrics::gauge::Gauge;

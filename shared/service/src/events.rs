@@ -272,7 +272,6 @@ impl ThrottledEvents {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -44,7 +44,6 @@ impl Metrics {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use prometheus_client::metrics::counter::Counter;

@@ -1,6 +1,6 @@
 //! `run_inner` end to end without a cluster: admin server, readiness, shutdown, errors.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 
 use kubeless_service::args::ServiceConfig;
 use kubeless_service::telemetry::{LogFormat, TelemetryConfig};

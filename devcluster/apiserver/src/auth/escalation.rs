@@ -293,7 +293,6 @@ fn forbidden(gr: &GroupResource, name: &str, msg: String) -> ApiError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -351,7 +351,6 @@ fn forbidden(user: &User, a: &Attributes, errors: &[String]) -> ApiError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

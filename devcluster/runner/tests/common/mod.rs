@@ -1,5 +1,5 @@
 //! Test harness: an in-memory API server plus the runner, and the orphan check.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::net::Ipv4Addr;
 use std::path::Path;

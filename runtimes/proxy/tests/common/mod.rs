@@ -1,5 +1,5 @@
 //! Shared helpers: start the real `kubeless-runtime` binary on a free loopback port.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};

@@ -1,6 +1,6 @@
 //! Shared test harness: a devcluster, the Function CRD, the controller run in-process, a client
 //! that counts API writes, and bounded waits.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+#![allow(dead_code)]
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

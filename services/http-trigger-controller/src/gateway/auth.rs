@@ -228,7 +228,6 @@ pub fn apr1_encode(password: &[u8], salt: &[u8]) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -70,7 +70,6 @@ pub fn decorate_response(request: &HeaderMap, response: &mut HeaderMap) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -502,7 +502,6 @@ fn with_cors(mut resp: Response<Body>, origin: Option<&HeaderValue>) -> Response
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

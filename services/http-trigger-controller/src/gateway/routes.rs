@@ -178,7 +178,6 @@ pub fn normalise_host(raw: &str) -> String {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use kubeless_api::HttpTriggerSpec;

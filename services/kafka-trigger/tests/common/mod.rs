@@ -1,7 +1,7 @@
 //! Test support for kafka-trigger: the shared fixtures of `kubeless-testkit` (devcluster with the
 //! CRDs, a recording function, tansu) plus what only Kafka tests need: topics, a producer,
 //! the service's settings and its Events.
-#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports)]
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! Shared by the integration tests: the testkit fixtures (moto, devcluster, local recording
 //! functions registered through EndpointSlices), Kinesis helpers, and the trigger service
 //! started in process.
-#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

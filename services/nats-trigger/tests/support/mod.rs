@@ -1,7 +1,7 @@
 //! Shared by the integration tests: the testkit fixtures (a real nats-server, devcluster, local
 //! recording functions registered through EndpointSlices) and the trigger service started in
 //! process.
-#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports)]
 
 use std::path::PathBuf;
 use std::time::Duration;
