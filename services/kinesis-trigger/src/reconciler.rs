@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Api;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector;
-use kube::Api;
 use kubeless_api::conditions::{Condition, reasons, set_condition};
 use kubeless_api::{Function, KinesisTrigger, KinesisTriggerStatus};
 use tokio::task::JoinSet;
