@@ -39,6 +39,8 @@ pub struct App {
     pub rr: AtomicUsize,
     /// Running containers for `pods/exec`; set by the pod runner when there is one.
     pub exec: ExecSlot,
+    /// Container and node usage for `metrics.k8s.io`; set by the pod runner.
+    pub metrics: crate::metrics::MetricsSlot,
 }
 
 pub type ExecSlot = Arc<std::sync::OnceLock<Arc<dyn crate::exec::ExecBackend>>>;
@@ -369,6 +371,16 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 .ok_or_else(ApiError::path_not_found);
         }
         _ => {}
+    }
+    if let [
+        "apis",
+        crate::metrics::GROUP,
+        crate::metrics::VERSION,
+        rest @ ..,
+    ] = segs.as_slice()
+        && !rest.is_empty()
+    {
+        return crate::metrics::handle(app, req.method(), rest, &q);
     }
     let t = parse_target(&segs).ok_or_else(ApiError::path_not_found)?;
     if let Some(sub) = t.sub {

@@ -169,6 +169,19 @@ fn builtins() -> Vec<B> {
             scale: false,
             validator: check::<a::core::v1::Namespace>,
         },
+        // devcluster's one node, which the pod runner registers (`kubectl top node`
+        // reads its allocatable resources).
+        B {
+            group: "",
+            version: "v1",
+            resource: "nodes",
+            kind: "Node",
+            namespaced: false,
+            short: &["no"],
+            status: true,
+            scale: false,
+            validator: check::<a::core::v1::Node>,
+        },
         B {
             group: "",
             version: "v1",
@@ -479,6 +492,10 @@ impl Registry {
         out.entry("authorization.k8s.io".into())
             .or_default()
             .push("v1".into());
+        // Served by src/metrics.rs from the runner's measurements, not stored.
+        out.entry(crate::metrics::GROUP.into())
+            .or_default()
+            .push(crate::metrics::VERSION.into());
         out
     }
 
@@ -558,6 +575,9 @@ impl Registry {
             ] {
                 resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}));
             }
+        }
+        if group == crate::metrics::GROUP && version == crate::metrics::VERSION {
+            resources.extend(crate::metrics::api_resources());
         }
         if resources.is_empty() {
             return None;

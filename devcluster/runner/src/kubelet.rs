@@ -710,6 +710,7 @@ async fn run_instance(
         crate::running::RunningProcess {
             env: spec.env.clone(),
             cwd: cwd.to_path_buf(),
+            pid: running.pid().and_then(|p| i32::try_from(p).ok()),
         },
     );
     let live_fail = Arc::new(Notify::new());

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct RunningProcess {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    /// The container's main process (what `kubectl top` measures, with its descendants).
+    pub pid: Option<i32>,
 }
 
 type Key = (String, String, String);
@@ -23,6 +25,14 @@ impl RunningContainers {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(&(ns.to_string(), pod.to_string(), container.to_string()))
             .cloned()
+    }
+
+    /// Every running container with a known main process id.
+    pub fn pids(&self) -> Vec<(Key, i32)> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .filter_map(|(k, p)| Some((k.clone(), p.pid?)))
+            .collect()
     }
 
     /// Records a started container; the entry goes when the guard is dropped.
@@ -71,6 +81,7 @@ mod tests {
         let p = RunningProcess {
             env: BTreeMap::from([("A".into(), "1".into())]),
             cwd: PathBuf::from("/tmp"),
+            pid: Some(1),
         };
         let guard = reg.register("ns", "pod", "main", p.clone());
         assert_eq!(reg.clone().get("ns", "pod", "main"), Some(p));
