@@ -610,6 +610,13 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 {
                     crate::exec::handle(app, ns, name, req).await
                 }
+                "attach"
+                    if def.gr.resource == "pods"
+                        && def.gr.group.is_empty()
+                        && matches!(method, Method::GET | Method::POST) =>
+                {
+                    crate::attach::handle(app, ns, name, req).await
+                }
                 "portforward"
                     if def.gr.resource == "pods"
                         && def.gr.group.is_empty()

@@ -8,6 +8,7 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+pub mod attach;
 pub mod auth;
 mod builtin;
 pub mod convert;

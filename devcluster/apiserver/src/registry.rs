@@ -557,6 +557,8 @@ impl Registry {
                 resources.push(json!({"name": format!("{}/scale", def.gr.resource), "singularName": "", "namespaced": def.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
             }
             if def.gr.group.is_empty() && def.gr.resource == "pods" {
+                resources.push(json!({"name": "pods/attach", "singularName": "", "namespaced": true, "kind": "PodAttachOptions", "verbs": ["create", "get"]}));
+                resources.push(json!({"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
                 resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
                 resources.push(json!({"name": "pods/portforward", "singularName": "", "namespaced": true, "kind": "PodPortForwardOptions", "verbs": ["create", "get"]}));
                 resources.push(json!({"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
