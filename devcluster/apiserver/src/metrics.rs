@@ -72,7 +72,7 @@ fn rfc3339(t: SystemTime) -> String {
 fn window(d: Duration) -> String {
     // Go's Duration.String() for whole and fractional seconds ("5s", "5.002s").
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else {
         format!("{}s", d.as_secs_f64())
