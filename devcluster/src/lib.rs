@@ -236,6 +236,8 @@ impl devcluster_apiserver::exec::ExecBackend for RunnerExec {
             .map(|p| devcluster_apiserver::exec::ContainerProcess {
                 env: p.env,
                 cwd: p.cwd,
+                stdin: p.stdin,
+                stdin_once: p.stdin_once,
             })
     }
 }

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Stock `kubectl attach` to pods the runner started: the output from the moment of
-//! attach until the container stops, and the real errors for a missing pod, a stopped
-//! container and stdin.
+//! attach until the container stops, stdin to a `stdin: true` container, and the real
+//! errors for a missing pod, a stopped container and stdin where there is none.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -83,6 +83,18 @@ spec:
   - name: main
     image: busybox
     command: ["sh", "-c", "sleep 3; echo to-stdout; echo to-stderr >&2; exit 0"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    command: ["sh", "-c", "while read l; do echo got $l; done; echo eof"]
 "#;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -151,9 +163,31 @@ async fn kubectl_attach_follows_a_runner_pod() {
         let stdin = kubectl(&kc, &["attach", "-i", "ticker", "-c", "main"]);
         assert!(!stdin.status.success(), "{}", text(&stdin));
         assert!(
-            String::from_utf8_lossy(&stdin.stderr).contains("without a stdin"),
+            String::from_utf8_lossy(&stdin.stderr).contains("it needs stdin: true"),
             "{}",
             text(&stdin)
+        );
+
+        // stdin: true with stdinOnce: the input reaches the container, and the end of
+        // it is the container's EOF, so it finishes and attach exits 0.
+        wait_for(&kc, "reader", "--for=condition=Ready");
+        let mut reader = kubectl_cmd(&kc, &["attach", "-i", "reader"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        reader
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"hello\nworld\n")
+            .unwrap();
+        let out = reader.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("got hello") && stdout.contains("got world") && stdout.contains("eof"),
+            "{}",
+            text(&out)
         );
     })
     .await

@@ -2,8 +2,11 @@
 //! protocol of [`crate::exec`]: from the moment of attach, what the running container
 //! writes comes down the stdout channel, followed from the log the pod runner keeps
 //! (`{logs_dir}/{ns}/{pod}/{container}.log`, one file for stdout and stderr), until the
-//! container stops. Containers run without a stdin or a TTY, so attaching either
-//! gets a Failure status naming the reason.
+//! container stops. With `stdin=true`, what the client sends on the stdin channel goes
+//! to the container's stdin, which the runner keeps open for containers with
+//! `stdin: true` (closed for good when the first session closes it if `stdinOnce`);
+//! other containers have none, and containers never have a TTY, so asking for
+//! either gets a Failure status naming the reason.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use crate::errors::ApiError;
-use crate::exec::{self, STDOUT};
+use crate::exec::{self, CLOSE, ContainerStdin, STDIN, STDOUT};
 use crate::http::App;
 use crate::registry::GroupResource;
 
@@ -31,6 +34,9 @@ struct Target {
     pod: String,
     container: String,
     log: PathBuf,
+    /// The container's stdin when the client attached it.
+    stdin: Option<ContainerStdin>,
+    stdin_once: bool,
 }
 
 pub async fn handle(
@@ -54,15 +60,19 @@ pub async fn handle(
             "you must specify at least 1 of stdin, stdout, stderr",
         ));
     }
-    if !running(app, ns, name, &container) {
-        return Err(ApiError::bad_request(format!(
-            "container {container} is not running in pod {name} (attach needs the pod runner)"
-        )));
-    }
+    let process = app
+        .exec
+        .get()
+        .and_then(|b| b.container(ns, name, &container))
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "container {container} is not running in pod {name} (attach needs the pod runner)"
+            ))
+        })?;
     exec::authorize_websocket_create(app, &req)?;
-    let refusal = if opts.stdin {
+    let refusal = if opts.stdin && process.stdin.is_none() {
         Some(format!(
-            "devcluster cannot attach to the stdin of container {container}: its containers run without a stdin (attach without -i)"
+            "container {container} has no stdin to attach to: it needs stdin: true in the pod spec (or attach without -i)"
         ))
     } else if opts.tty {
         Some(format!(
@@ -80,6 +90,8 @@ pub async fn handle(
         ns: ns.to_string(),
         pod: name.to_string(),
         container,
+        stdin: process.stdin.filter(|_| opts.stdin),
+        stdin_once: process.stdin_once,
     };
     let (mut parts, _body) = req.into_parts();
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
@@ -171,13 +183,42 @@ async fn follow(
         tokio::select! {
             _ = tokio::time::sleep(POLL) => {}
             msg = incoming.next() => match msg {
-                // Stdin is refused up front; anything else from the client but a
-                // close is ignored.
+                Some(Ok(Message::Binary(b))) => match (b.first(), b.get(1)) {
+                    (Some(&STDIN), _) => write_stdin(t, &b[1..]).await,
+                    // v5: the client closed its stdin (EOF of `kubectl attach -i`).
+                    (Some(&CLOSE), Some(&STDIN)) => close_stdin(t).await,
+                    _ => {}
+                },
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => {
+                    close_stdin(t).await;
                     return failure("the client closed the connection".into());
                 }
                 Some(Ok(_)) => {}
             },
         }
+    }
+}
+
+async fn write_stdin(t: &Target, data: &[u8]) {
+    use tokio::io::AsyncWriteExt;
+    if let Some(stdin) = &t.stdin {
+        let mut pipe = stdin.lock().await;
+        // A container that closed its end (or exited) just loses the input, as on a
+        // real node.
+        if let Some(p) = pipe.as_mut()
+            && (p.write_all(data).await.is_err() || p.flush().await.is_err())
+        {
+            *pipe = None;
+        }
+    }
+}
+
+/// The session's end of stdin: with `stdinOnce` the container sees EOF; otherwise
+/// its stdin stays open for the next session, as the kubelet keeps it.
+async fn close_stdin(t: &Target) {
+    if t.stdin_once
+        && let Some(stdin) = &t.stdin
+    {
+        stdin.lock().await.take();
     }
 }

@@ -29,11 +29,18 @@ const STDERR: u8 = 2;
 const ERROR: u8 = 3;
 pub(crate) const CLOSE: u8 = 255;
 
-/// The env and working directory a running container's process has.
+/// The stdin pipe of a running `stdin: true` container; `None` inside once closed.
+pub type ContainerStdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
+
+/// The env and working directory a running container's process has, and its stdin
+/// when the container has `stdin: true` (for `kubectl attach -i`).
 #[derive(Debug, Clone)]
 pub struct ContainerProcess {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    pub stdin: Option<ContainerStdin>,
+    /// `stdinOnce`: the first attach session to close stdin closes it for good.
+    pub stdin_once: bool,
 }
 
 /// Finds running containers for exec; the pod runner implements it.

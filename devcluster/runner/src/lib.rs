@@ -47,7 +47,7 @@ pub mod util;
 
 pub use error::{Error, Result};
 pub use image_map::{ImageEntry, ImageMap};
-pub use running::{RunningContainers, RunningProcess};
+pub use running::{ContainerStdin, RunningContainers, RunningProcess};
 pub use service_account::ApiAccess;
 pub use spec::{ENV_BIND_ADDRESS, ENV_POD_IP};
 

@@ -203,6 +203,8 @@ mod tests {
                 env: Default::default(),
                 cwd: std::env::temp_dir(),
                 pid: Some(me),
+                stdin: None,
+                stdin_once: false,
             },
         );
         let sampler = UsageSampler::default();
