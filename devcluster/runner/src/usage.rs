@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::podmetrics::{ProcessUsage, usage};
+use crate::podmetrics::{ProcTable, ProcessUsage};
 use crate::running::RunningContainers;
 
 /// How often usage is sampled (metrics-server's `--metric-resolution`).
@@ -100,10 +100,16 @@ impl UsageSampler {
             cpu_seconds: u.cpu_seconds,
             memory_bytes: u.memory_bytes,
         };
+        // One scan of /proc for every container (the memory of each of their
+        // processes is read too, and nothing else).
+        let table = ProcTable::read();
         let measured: Vec<(ContainerKey, i32, Sample)> = running
             .pids()
             .into_iter()
-            .filter_map(|(key, pid)| Some((key, pid, sample(usage(&[pid])?))))
+            .filter_map(|(key, pid)| {
+                let u = table.as_ref()?.usage(&[pid])?;
+                Some((key, pid, sample(u)))
+            })
             .collect();
         let node = node_usage().map(sample);
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
