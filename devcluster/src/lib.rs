@@ -151,6 +151,7 @@ impl DevCluster {
                     ..RunnerConfig::default()
                 };
                 server.set_exec_backend(Arc::new(RunnerExec(config.running.clone())));
+                server.set_metrics_backend(Arc::new(RunnerMetrics(config.usage.clone())));
                 let token = CancellationToken::new();
                 let handle = tokio::spawn(Runner::run(client, config, token.clone()));
                 Some((token, handle))
@@ -185,6 +186,41 @@ impl DevCluster {
     }
 }
 
+/// `metrics.k8s.io` serves what the runner measures.
+struct RunnerMetrics(devcluster_runner::usage::UsageSampler);
+
+fn api_usage(u: devcluster_runner::usage::Usage) -> devcluster_apiserver::metrics::Usage {
+    devcluster_apiserver::metrics::Usage {
+        cpu_cores: u.cpu_cores,
+        memory_bytes: u.memory_bytes,
+        timestamp: u.timestamp,
+        window: u.window,
+    }
+}
+
+impl devcluster_apiserver::metrics::MetricsBackend for RunnerMetrics {
+    fn containers(&self) -> Vec<devcluster_apiserver::metrics::ContainerUsage> {
+        self.0
+            .containers()
+            .into_iter()
+            .map(
+                |((namespace, pod, container), u)| devcluster_apiserver::metrics::ContainerUsage {
+                    namespace,
+                    pod,
+                    container,
+                    usage: api_usage(u),
+                },
+            )
+            .collect()
+    }
+
+    fn node(&self) -> Option<(String, devcluster_apiserver::metrics::Usage)> {
+        self.0
+            .node()
+            .map(|u| (devcluster_runner::NODE_NAME.to_string(), api_usage(u)))
+    }
+}
+
 /// `pods/exec` reaches the containers the runner started.
 struct RunnerExec(devcluster_runner::RunningContainers);
 
@@ -200,6 +236,8 @@ impl devcluster_apiserver::exec::ExecBackend for RunnerExec {
             .map(|p| devcluster_apiserver::exec::ContainerProcess {
                 env: p.env,
                 cwd: p.cwd,
+                stdin: p.stdin,
+                stdin_once: p.stdin_once,
             })
     }
 }

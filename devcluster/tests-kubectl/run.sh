@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Drives stock kubectl against devcluster-apiserver: get, apply (client- and server-side, with
 # conflicts and managed fields), delete, scale, logs, CRDs with printer columns, explain (OpenAPI
-# v3 and v2), get -w, and the create subcommands, create token and auth can-i (protobuf bodies).
+# v3 and v2), get -w, and the create subcommands (deployment, job and cronjob too), create token
+# and auth can-i (protobuf bodies).
 # Exits non-zero on the first failure.
 # Usage: DEVCLUSTER_APISERVER_BIN=/path/to/devcluster-apiserver bash run.sh
 set -euo pipefail
@@ -254,6 +255,28 @@ expect_contains "create rolebinding" "$(k create rolebinding reader --role=reade
 expect_eq "rolebinding subject reads back" "$(k get rolebinding reader -o jsonpath='{.subjects[0].name}')" "robot"
 expect_contains "create service clusterip" "$(k create service clusterip made --tcp=80:8080)" "service/made created"
 expect_eq "service ports read back" "$(k get service made -o jsonpath='{.spec.ports[0].port}/{.spec.ports[0].targetPort}/{.spec.type}')" "80/8080/ClusterIP"
+# The kinds holding a pod template go as protobuf too, and store what the same object sent
+# as JSON (kubectl create -f sends JSON) stores.
+expect_contains "create deployment" "$(k create deployment pbweb --image=busybox --replicas=2 --port=8080 -- sleep 3600)" "deployment.apps/pbweb created"
+k create deployment jsonweb --image=busybox --replicas=2 --port=8080 --dry-run=client -o json -- sleep 3600 \
+  | sed 's/jsonweb/pbweb/g; s/"name": "pbweb",/"name": "jsonweb",/' | k create -f - >/dev/null
+expect_eq "deployment from protobuf equals its JSON twin" \
+  "$(k get deployment pbweb -o jsonpath='{.spec}')" "$(k get deployment jsonweb -o jsonpath='{.spec}')"
+expect_eq "deployment fields read back" \
+  "$(k get deployment pbweb -o jsonpath='{.spec.replicas}/{.spec.template.spec.containers[0].ports[0].containerPort}/{.spec.template.spec.containers[0].command}')" \
+  '2/8080/["sleep","3600"]'
+expect_contains "create cronjob" "$(k create cronjob pbtick --image=busybox --schedule='*/5 * * * *' -- echo hi)" "cronjob.batch/pbtick created"
+expect_eq "cronjob fields read back" \
+  "$(k get cronjob pbtick -o jsonpath='{.spec.schedule}/{.spec.jobTemplate.spec.template.spec.restartPolicy}')" "*/5 * * * */OnFailure"
+expect_contains "create job" "$(k create job pbonce --image=busybox -- echo hi)" "job.batch/pbonce created"
+expect_contains "create job --from=cronjob" "$(k create job pbfromcron --from=cronjob/pbtick)" "job.batch/pbfromcron created"
+expect_eq "job from cronjob has its template" \
+  "$(k get job pbfromcron -o jsonpath='{.spec.template.spec.containers[0].command}/{.metadata.ownerReferences[0].kind}')" '["echo","hi"]/CronJob'
+if out="$(k create deployment bad_name --image=busybox 2>&1)"; then fail "invalid deployment name accepted: $out"; fi
+expect_contains "a protobuf deployment is validated like JSON" "$out" "Invalid value"
+k delete deployment pbweb jsonweb >/dev/null
+k delete job pbonce pbfromcron >/dev/null
+k delete cronjob pbtick >/dev/null
 # kubectl create token and kubectl auth can-i send protobuf too.
 k create serviceaccount reader >/dev/null
 k create rolebinding reader-sa --role=reader --serviceaccount=default:reader >/dev/null

@@ -23,17 +23,24 @@ use crate::errors::ApiError;
 use crate::http::App;
 use crate::registry::GroupResource;
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
-const CLOSE: u8 = 255;
+pub(crate) const CLOSE: u8 = 255;
 
-/// The env and working directory a running container's process has.
+/// The stdin pipe of a running `stdin: true` container; `None` inside once closed.
+pub type ContainerStdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
+
+/// The env and working directory a running container's process has, and its stdin
+/// when the container has `stdin: true` (for `kubectl attach -i`).
 #[derive(Debug, Clone)]
 pub struct ContainerProcess {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    pub stdin: Option<ContainerStdin>,
+    /// `stdinOnce`: the first attach session to close stdin closes it for good.
+    pub stdin_once: bool,
 }
 
 /// Finds running containers for exec; the pod runner implements it.
@@ -42,15 +49,16 @@ pub trait ExecBackend: Send + Sync + 'static {
     fn container(&self, ns: &str, pod: &str, container: &str) -> Option<ContainerProcess>;
 }
 
-struct Options {
+pub(crate) struct Options {
     command: Vec<String>,
-    container: Option<String>,
-    stdin: bool,
-    stdout: bool,
-    stderr: bool,
+    pub(crate) container: Option<String>,
+    pub(crate) stdin: bool,
+    pub(crate) stdout: bool,
+    pub(crate) stderr: bool,
+    pub(crate) tty: bool,
 }
 
-fn options(pairs: Vec<(String, String)>) -> Options {
+pub(crate) fn options(pairs: Vec<(String, String)>) -> Options {
     let truthy = |v: &str| v == "true" || v == "1";
     let mut o = Options {
         command: Vec::new(),
@@ -58,6 +66,7 @@ fn options(pairs: Vec<(String, String)>) -> Options {
         stdin: false,
         stdout: false,
         stderr: false,
+        tty: false,
     };
     for (k, v) in pairs {
         match k.as_str() {
@@ -66,6 +75,7 @@ fn options(pairs: Vec<(String, String)>) -> Options {
             "stdin" => o.stdin = truthy(&v),
             "stdout" => o.stdout = truthy(&v),
             "stderr" => o.stderr = truthy(&v),
+            "tty" => o.tty = truthy(&v),
             _ => {}
         }
     }
@@ -73,7 +83,11 @@ fn options(pairs: Vec<(String, String)>) -> Options {
 }
 
 /// Picks the container as the real server does: the named one, or the only one.
-fn pick_container(pod: &Value, name: &str, wanted: Option<String>) -> Result<String, ApiError> {
+pub(crate) fn pick_container(
+    pod: &Value,
+    name: &str,
+    wanted: Option<String>,
+) -> Result<String, ApiError> {
     let names: Vec<String> = pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
@@ -154,19 +168,23 @@ pub(crate) fn authorize_websocket_create(app: &App, req: &Request) -> Result<(),
     Ok(())
 }
 
-fn frame(stream: u8, data: &[u8]) -> Message {
+pub(crate) fn frame(stream: u8, data: &[u8]) -> Message {
     let mut b = Vec::with_capacity(data.len() + 1);
     b.push(stream);
     b.extend_from_slice(data);
     Message::Binary(Bytes::from(b))
 }
 
-fn status_frame(status: &meta::Status) -> Message {
+pub(crate) fn status_frame(status: &meta::Status) -> Message {
     let body = serde_json::to_vec(status).unwrap_or_default();
     frame(ERROR, &body)
 }
 
-fn failure(message: String, reason: Option<&str>, exit_code: Option<i32>) -> meta::Status {
+pub(crate) fn failure(
+    message: String,
+    reason: Option<&str>,
+    exit_code: Option<i32>,
+) -> meta::Status {
     meta::Status {
         status: Some("Failure".into()),
         message: Some(message),

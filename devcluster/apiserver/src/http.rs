@@ -39,6 +39,8 @@ pub struct App {
     pub rr: AtomicUsize,
     /// Running containers for `pods/exec`; set by the pod runner when there is one.
     pub exec: ExecSlot,
+    /// Container and node usage for `metrics.k8s.io`; set by the pod runner.
+    pub metrics: crate::metrics::MetricsSlot,
 }
 
 pub type ExecSlot = Arc<std::sync::OnceLock<Arc<dyn crate::exec::ExecBackend>>>;
@@ -370,6 +372,16 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         }
         _ => {}
     }
+    if let [
+        "apis",
+        crate::metrics::GROUP,
+        crate::metrics::VERSION,
+        rest @ ..,
+    ] = segs.as_slice()
+        && !rest.is_empty()
+    {
+        return crate::metrics::handle(app, req.method(), rest, &q);
+    }
     let t = parse_target(&segs).ok_or_else(ApiError::path_not_found)?;
     if let Some(sub) = t.sub {
         crate::reqctx::set_subresource(sub);
@@ -597,6 +609,13 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                         && matches!(method, Method::GET | Method::POST) =>
                 {
                     crate::exec::handle(app, ns, name, req).await
+                }
+                "attach"
+                    if def.gr.resource == "pods"
+                        && def.gr.group.is_empty()
+                        && matches!(method, Method::GET | Method::POST) =>
+                {
+                    crate::attach::handle(app, ns, name, req).await
                 }
                 "portforward"
                     if def.gr.resource == "pods"

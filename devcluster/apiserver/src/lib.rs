@@ -8,6 +8,7 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+pub mod attach;
 pub mod auth;
 mod builtin;
 pub mod convert;
@@ -16,6 +17,7 @@ pub mod exec;
 pub mod fieldmanager;
 mod http;
 mod logs;
+pub mod metrics;
 mod openapi;
 mod openapi_v2;
 pub mod patch;
@@ -113,6 +115,7 @@ pub struct RunningServer {
     tasks: Vec<JoinHandle<()>>,
     data_dir: Option<PathBuf>,
     exec: http::ExecSlot,
+    metrics: metrics::MetricsSlot,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -121,6 +124,12 @@ impl RunningServer {
     /// returns false when one was already set.
     pub fn set_exec_backend(&self, backend: Arc<dyn exec::ExecBackend>) -> bool {
         self.exec.set(backend).is_ok()
+    }
+
+    /// Lets `metrics.k8s.io` serve the runner's measurements. The first backend set
+    /// stays; returns false when one was already set.
+    pub fn set_metrics_backend(&self, backend: Arc<dyn metrics::MetricsBackend>) -> bool {
+        self.metrics.set(backend).is_ok()
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -280,6 +289,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
     })?;
 
     let exec_slot = http::ExecSlot::default();
+    let metrics_slot = metrics::MetricsSlot::default();
     let app = Arc::new(http::App {
         store: store.clone(),
         auth: auth::Authenticator::new(token),
@@ -289,6 +299,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         proxy: hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http(),
         rr: AtomicUsize::new(0),
         exec: exec_slot.clone(),
+        metrics: metrics_slot.clone(),
     });
     let router = Router::new().fallback(http::handle).with_state(app);
     let (shutdown, shutdown_rx) = watch::channel(false);
@@ -304,6 +315,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         tasks: vec![server, gc],
         data_dir: config.data_dir,
         exec: exec_slot,
+        metrics: metrics_slot,
         _temp: temp,
     })
 }

@@ -18,9 +18,11 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_pb::api::apps::v1 as pb_apps;
 use k8s_pb::api::authentication::v1 as pb_authn;
 use k8s_pb::api::authorization::v1 as pb_authz;
 use k8s_pb::api::autoscaling::v1 as pb_autoscaling;
+use k8s_pb::api::batch::v1 as pb_batch;
 use k8s_pb::api::core::v1 as pb_core;
 use k8s_pb::api::rbac::v1 as pb_rbac;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
@@ -30,6 +32,8 @@ use prost::Message;
 use serde_json::Value;
 
 use crate::errors::ApiError;
+
+mod workloads;
 
 /// The four bytes that open every protobuf-encoded Kubernetes object.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -60,6 +64,10 @@ pub enum ProtobufError {
     KindMismatch { expected: String, found: String },
     #[error("protobuf bodies are not supported for {0}; send JSON")]
     Unsupported(String),
+    #[error("protobuf bodies with {0} are not supported; send JSON")]
+    UnsupportedField(&'static str),
+    #[error("protobuf bodies with a {0} volume are not supported; send JSON")]
+    UnsupportedVolume(&'static str),
     #[error("the decoded object could not be converted to JSON: {0}")]
     Json(#[source] serde_json::Error),
 }
@@ -68,6 +76,11 @@ impl ProtobufError {
     pub fn into_api_error(self, content_type: &str) -> ApiError {
         match self {
             ProtobufError::Unsupported(_) => ApiError::unsupported_media_type(content_type),
+            e @ (ProtobufError::UnsupportedField(_) | ProtobufError::UnsupportedVolume(_)) => {
+                let mut err = ApiError::unsupported_media_type(content_type);
+                err.message = format!("{e}: {}", err.message);
+                err
+            }
             ProtobufError::Json(e) => ApiError::internal(e.to_string()),
             other => ApiError::bad_request(format!(
                 "the body of the request could not be decoded: {other}"
@@ -153,9 +166,30 @@ pub fn decode_object(
         "TokenRequest" => to_json(token_request(
             pb_authn::TokenRequest::decode(raw.as_slice()).map_err(obj_err)?,
         )),
+        "Pod" => to_json(workloads::pod(
+            pb_core::Pod::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "Deployment" => to_json(workloads::deployment(
+            pb_apps::Deployment::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "ReplicaSet" => to_json(workloads::replica_set(
+            pb_apps::ReplicaSet::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "StatefulSet" => to_json(workloads::stateful_set(
+            pb_apps::StatefulSet::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "DaemonSet" => to_json(workloads::daemon_set(
+            pb_apps::DaemonSet::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "Job" => to_json(workloads::job(
+            pb_batch::Job::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
+        "CronJob" => to_json(workloads::cron_job(
+            pb_batch::CronJob::decode(raw.as_slice()).map_err(obj_err)?,
+        )?),
         _ => return Err(ProtobufError::Unsupported(format!("{api_version} {kind}"))),
     }?;
-    Ok(json)
+    Ok(workloads::template_timestamps(json))
 }
 
 /// The kinds whose protobuf bodies are understood.
@@ -163,8 +197,13 @@ pub fn supports(group: &str, version: &str, kind: &str) -> bool {
     match (group, version) {
         ("", "v1") => matches!(
             kind,
-            "Secret" | "ConfigMap" | "Namespace" | "ServiceAccount" | "Service"
+            "Secret" | "ConfigMap" | "Namespace" | "ServiceAccount" | "Service" | "Pod"
         ),
+        ("apps", "v1") => matches!(
+            kind,
+            "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
+        ),
+        ("batch", "v1") => matches!(kind, "Job" | "CronJob"),
         ("rbac.authorization.k8s.io", "v1") => matches!(
             kind,
             "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding"
@@ -584,7 +623,7 @@ mod tests {
 
     #[test]
     fn unsupported_kind_and_bad_bytes_are_typed() {
-        let err = decode_object(b"k8s\0", "apps", "v1", "Deployment").unwrap_err();
+        let err = decode_object(b"k8s\0", "networking.k8s.io", "v1", "Ingress").unwrap_err();
         assert!(matches!(err, ProtobufError::Unsupported(_)));
         assert_eq!(err.into_api_error("x").code, 415);
         let err = decode_object(b"{}", "", "v1", "Secret").unwrap_err();
@@ -595,6 +634,179 @@ mod tests {
         let body = envelope("v1", "ConfigMap", vec![]);
         let err = decode_object(&body, "", "v1", "Secret").unwrap_err();
         assert!(matches!(err, ProtobufError::KindMismatch { .. }));
+    }
+
+    fn decode<M: Message>(api_version: &str, kind: &str, m: &M) -> Result<Value, ProtobufError> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        decode_object(
+            &envelope(api_version, kind, m.encode_to_vec()),
+            group,
+            version,
+            kind,
+        )
+    }
+
+    fn container() -> pb_core::Container {
+        use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+        pb_core::Container {
+            name: Some("c".into()),
+            image: Some("busybox".into()),
+            // Go's zero values for non-pointer fields, as gogo-protobuf writes them.
+            working_dir: Some(String::new()),
+            stdin: Some(false),
+            tty: Some(false),
+            termination_message_path: Some(String::new()),
+            resources: Some(pb_core::ResourceRequirements {
+                limits: [(
+                    "memory".to_string(),
+                    Quantity {
+                        string: Some("1.5Gi".into()),
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            liveness_probe: Some(pb_core::Probe {
+                handler: Some(pb_core::ProbeHandler {
+                    tcp_socket: Some(pb_core::TcpSocketAction {
+                        port: Some(pb_intstr::IntOrString {
+                            r#type: Some(0),
+                            int_val: Some(8080),
+                            str_val: Some(String::new()),
+                        }),
+                        host: Some(String::new()),
+                    }),
+                    ..Default::default()
+                }),
+                period_seconds: Some(0),
+                termination_grace_period_seconds: Some(0),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pod_fields_convert_with_go_zero_values_left_out() {
+        let pod = pb_core::Pod {
+            metadata: meta("p"),
+            spec: Some(pb_core::PodSpec {
+                containers: vec![container()],
+                host_network: Some(false),
+                dns_policy: Some(String::new()),
+                enable_service_links: Some(false),
+                ..Default::default()
+            }),
+            status: Some(Default::default()),
+        };
+        let v = decode("v1", "Pod", &pod).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                "spec": {
+                    // A pointer (*bool) keeps its explicit false.
+                    "enableServiceLinks": false,
+                    "containers": [{
+                        "name": "c", "image": "busybox",
+                        "resources": {"limits": {"memory": "1.5Gi"}},
+                        "livenessProbe": {
+                            "tcpSocket": {"port": 8080},
+                            "terminationGracePeriodSeconds": 0
+                        }
+                    }]
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn deployment_keeps_empty_structs_and_int_or_string() {
+        use k8s_pb::api::apps::v1 as pb_apps;
+        let d = pb_apps::Deployment {
+            metadata: meta("d"),
+            spec: Some(pb_apps::DeploymentSpec {
+                replicas: Some(1),
+                template: Some(pb_core::PodTemplateSpec {
+                    metadata: Some(Default::default()),
+                    spec: Some(pb_core::PodSpec {
+                        containers: vec![pb_core::Container {
+                            name: Some("c".into()),
+                            resources: Some(Default::default()),
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    }),
+                }),
+                strategy: Some(pb_apps::DeploymentStrategy {
+                    r#type: Some(String::new()),
+                    rolling_update: Some(pb_apps::RollingUpdateDeployment {
+                        max_surge: Some(pb_intstr::IntOrString {
+                            r#type: Some(1),
+                            int_val: Some(0),
+                            str_val: Some("50%".into()),
+                        }),
+                        max_unavailable: None,
+                    }),
+                }),
+                min_ready_seconds: Some(0),
+                paused: Some(false),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let v = decode("apps/v1", "Deployment", &d).unwrap();
+        assert_eq!(
+            v["spec"],
+            serde_json::json!({
+                "replicas": 1,
+                "selector": {},
+                "template": {"metadata": {"creationTimestamp": null}, "spec": {"containers": [{"name": "c", "resources": {}}]}},
+                "strategy": {"rollingUpdate": {"maxSurge": "50%"}}
+            })
+        );
+    }
+
+    #[test]
+    fn unmapped_fields_are_refused_by_name() {
+        use k8s_pb::api::batch::v1 as pb_batch;
+        let job = pb_batch::Job {
+            metadata: meta("j"),
+            spec: Some(pb_batch::JobSpec {
+                pod_failure_policy: Some(Default::default()),
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let err = decode("batch/v1", "Job", &job).unwrap_err();
+        assert!(matches!(
+            err,
+            ProtobufError::UnsupportedField("spec.podFailurePolicy")
+        ));
+        let api = err.into_api_error("application/vnd.kubernetes.protobuf");
+        assert_eq!(api.code, 415);
+        assert!(
+            api.message.contains("spec.podFailurePolicy"),
+            "{}",
+            api.message
+        );
+
+        let pod = pb_core::Pod {
+            metadata: meta("p"),
+            spec: Some(pb_core::PodSpec {
+                volumes: vec![pb_core::Volume {
+                    name: Some("v".into()),
+                    volume_source: Some(pb_core::VolumeSource {
+                        nfs: Some(Default::default()),
+                        ..Default::default()
+                    }),
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let err = decode("v1", "Pod", &pod).unwrap_err();
+        assert!(matches!(err, ProtobufError::UnsupportedVolume("nfs")));
     }
 
     #[test]

@@ -169,6 +169,19 @@ fn builtins() -> Vec<B> {
             scale: false,
             validator: check::<a::core::v1::Namespace>,
         },
+        // devcluster's one node, which the pod runner registers (`kubectl top node`
+        // reads its allocatable resources).
+        B {
+            group: "",
+            version: "v1",
+            resource: "nodes",
+            kind: "Node",
+            namespaced: false,
+            short: &["no"],
+            status: true,
+            scale: false,
+            validator: check::<a::core::v1::Node>,
+        },
         B {
             group: "",
             version: "v1",
@@ -479,6 +492,10 @@ impl Registry {
         out.entry("authorization.k8s.io".into())
             .or_default()
             .push("v1".into());
+        // Served by src/metrics.rs from the runner's measurements, not stored.
+        out.entry(crate::metrics::GROUP.into())
+            .or_default()
+            .push(crate::metrics::VERSION.into());
         out
     }
 
@@ -540,6 +557,8 @@ impl Registry {
                 resources.push(json!({"name": format!("{}/scale", def.gr.resource), "singularName": "", "namespaced": def.namespaced, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
             }
             if def.gr.group.is_empty() && def.gr.resource == "pods" {
+                resources.push(json!({"name": "pods/attach", "singularName": "", "namespaced": true, "kind": "PodAttachOptions", "verbs": ["create", "get"]}));
+                resources.push(json!({"name": "pods/exec", "singularName": "", "namespaced": true, "kind": "PodExecOptions", "verbs": ["create", "get"]}));
                 resources.push(json!({"name": "pods/log", "singularName": "", "namespaced": true, "kind": "Pod", "verbs": ["get"]}));
                 resources.push(json!({"name": "pods/portforward", "singularName": "", "namespaced": true, "kind": "PodPortForwardOptions", "verbs": ["create", "get"]}));
                 resources.push(json!({"name": "pods/proxy", "singularName": "", "namespaced": true, "kind": "PodProxyOptions", "verbs": ["create", "delete", "get", "patch", "update"]}));
@@ -558,6 +577,9 @@ impl Registry {
             ] {
                 resources.push(json!({"name": name, "singularName": "", "namespaced": false, "kind": kind, "verbs": ["create"]}));
             }
+        }
+        if group == crate::metrics::GROUP && version == crate::metrics::VERSION {
+            resources.extend(crate::metrics::api_resources());
         }
         if resources.is_empty() {
             return None;

@@ -981,7 +981,11 @@ impl Store {
     /// What the real server's create strategies set: fresh status, namespace finalizer,
     /// CRD acceptance.
     fn defaults_on_create(&self, def: &ResourceDef, obj: &mut Value) -> Result<(), ApiError> {
+        // The node strategy alone lets a create set the status (the kubelet registers
+        // its node with capacity and conditions in one request).
+        let node = def.gr.group.is_empty() && def.gr.resource == "nodes";
         if def.status
+            && !node
             && let Some(m) = obj.as_object_mut()
         {
             m.remove("status");

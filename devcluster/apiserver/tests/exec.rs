@@ -24,6 +24,8 @@ impl ExecBackend for Fixed {
                 ("GREETING".to_string(), "from-the-container".to_string()),
             ]),
             cwd: self.0.clone(),
+            stdin: None,
+            stdin_once: false,
         })
     }
 }

@@ -710,6 +710,11 @@ async fn run_instance(
         crate::running::RunningProcess {
             env: spec.env.clone(),
             cwd: cwd.to_path_buf(),
+            pid: running.pid().and_then(|p| i32::try_from(p).ok()),
+            stdin: running
+                .take_stdin()
+                .map(|s| std::sync::Arc::new(tokio::sync::Mutex::new(Some(s)))),
+            stdin_once: container.stdin_once == Some(true),
         },
     );
     let live_fail = Arc::new(Notify::new());

@@ -34,6 +34,7 @@ pub mod hpa;
 pub mod image_map;
 pub mod job;
 mod kubelet;
+mod node;
 pub mod podmetrics;
 pub mod podstatus;
 pub mod probe;
@@ -41,11 +42,12 @@ pub mod process;
 pub mod running;
 pub mod service_account;
 pub mod spec;
+pub mod usage;
 pub mod util;
 
 pub use error::{Error, Result};
 pub use image_map::{ImageEntry, ImageMap};
-pub use running::{RunningContainers, RunningProcess};
+pub use running::{ContainerStdin, RunningContainers, RunningProcess};
 pub use service_account::ApiAccess;
 pub use spec::{ENV_BIND_ADDRESS, ENV_POD_IP};
 
@@ -86,6 +88,10 @@ pub struct RunnerConfig {
     pub running: RunningContainers,
     /// How often the HPA controller reads metrics and scales (the real default: 15 s).
     pub hpa_sync_period: Duration,
+    /// Filled with the containers' and the node's CPU and memory for `metrics.k8s.io`.
+    pub usage: usage::UsageSampler,
+    /// How often `usage` is sampled.
+    pub metric_resolution: Duration,
 }
 
 impl Default for RunnerConfig {
@@ -105,6 +111,8 @@ impl Default for RunnerConfig {
             api_access: None,
             running: RunningContainers::default(),
             hpa_sync_period: Duration::from_secs(15),
+            usage: usage::UsageSampler::default(),
+            metric_resolution: usage::DEFAULT_RESOLUTION,
         }
     }
 }
@@ -215,6 +223,14 @@ impl Runner {
             "endpoints",
             endpoints::reconcile_all,
         ));
+        tasks.spawn(ctx.config.usage.clone().run(
+            ctx.config.running.clone(),
+            ctx.config.metric_resolution,
+            controllers.clone(),
+        ));
+        if let Err(e) = node::register(&ctx.client).await {
+            tracing::warn!(error = %e, "registering the node failed");
+        }
         tasks.spawn(hpa::run(
             ctx.clone(),
             ctx.config.hpa_sync_period,

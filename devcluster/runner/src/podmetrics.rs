@@ -34,20 +34,9 @@ fn read_stat(pid: i32) -> Option<ProcStat> {
     })
 }
 
-/// CPU seconds used so far by the processes of containers whose main process ids are
-/// `roots`: each root, its descendants and the members of its process group.
-pub fn cpu_seconds(roots: &[i32]) -> Option<f64> {
-    if roots.is_empty() {
-        return None;
-    }
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return None;
-    };
-    let all: HashMap<i32, ProcStat> = dir
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter_map(|pid| Some((pid, read_stat(pid)?)))
-        .collect();
+/// Every process of the containers whose main process ids are `roots`: each root, its
+/// descendants and the members of its process group (None when no root is alive).
+fn members(all: &HashMap<i32, ProcStat>, roots: &[i32]) -> Option<BTreeSet<i32>> {
     let groups: BTreeSet<i32> = roots
         .iter()
         .filter_map(|r| all.get(r).map(|s| s.pgrp))
@@ -77,12 +66,72 @@ pub fn cpu_seconds(roots: &[i32]) -> Option<f64> {
         }
         members.extend(more);
     }
+    Some(members)
+}
+
+/// One reading of every process in `/proc`, so that measuring many containers costs
+/// one scan.
+pub struct ProcTable(HashMap<i32, ProcStat>);
+
+impl ProcTable {
+    pub fn read() -> Option<Self> {
+        let dir = std::fs::read_dir("/proc").ok()?;
+        Some(Self(
+            dir.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+                .filter_map(|pid| Some((pid, read_stat(pid)?)))
+                .collect(),
+        ))
+    }
+
+    /// CPU seconds and resident memory of the processes of containers whose main
+    /// process ids are `roots` (see [`cpu_seconds`] for which processes count).
+    pub fn usage(&self, roots: &[i32]) -> Option<ProcessUsage> {
+        if roots.is_empty() {
+            return None;
+        }
+        let members = members(&self.0, roots)?;
+        let ticks: u64 = members
+            .iter()
+            .filter_map(|p| self.0.get(p))
+            .map(|s| s.ticks)
+            .sum();
+        Some(ProcessUsage {
+            cpu_seconds: ticks as f64 / TICKS_PER_SECOND,
+            memory_bytes: members.iter().filter_map(|p| rss_bytes(*p)).sum(),
+        })
+    }
+}
+
+/// Resident memory of a process in bytes (`VmRSS` of `/proc/PID/status`).
+fn rss_bytes(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// CPU seconds used so far by the processes of containers whose main process ids are
+/// `roots`: each root, its descendants and the members of its process group.
+pub fn cpu_seconds(roots: &[i32]) -> Option<f64> {
+    if roots.is_empty() {
+        return None;
+    }
+    let table = ProcTable::read()?;
+    let members = members(&table.0, roots)?;
     let ticks: u64 = members
         .iter()
-        .filter_map(|p| all.get(p))
+        .filter_map(|p| table.0.get(p))
         .map(|s| s.ticks)
         .sum();
     Some(ticks as f64 / TICKS_PER_SECOND)
+}
+
+/// What the processes of some containers use: CPU seconds so far and resident memory now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ProcessUsage {
+    pub cpu_seconds: f64,
+    pub memory_bytes: u64,
 }
 
 /// Main process ids of a pod's running containers, from `devcluster://{pid}` container ids.

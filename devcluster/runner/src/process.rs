@@ -32,6 +32,8 @@ pub struct Running {
     watchdog_stdin: Option<ChildStdin>,
     pgid: i32,
     pid: Option<u32>,
+    // The process's stdin pipe when its container has `stdin: true`.
+    stdin: Option<ChildStdin>,
     log_tasks: Vec<JoinHandle<()>>,
     // Once the watchdog is reaped the group id may be reused: never signal it again.
     cleaned: bool,
@@ -187,7 +189,11 @@ pub async fn spawn(spec: &ProcessSpec, cwd: &Path, log: &LogSink) -> Result<Runn
         .env_clear()
         .envs(&spec.env)
         .current_dir(cwd)
-        .stdin(Stdio::null())
+        .stdin(if spec.stdin {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(pgid)
@@ -205,6 +211,7 @@ pub async fn spawn(spec: &ProcessSpec, cwd: &Path, log: &LogSink) -> Result<Runn
         }
     };
     let pid = child.id();
+    let stdin = child.stdin.take();
     let mut log_tasks = Vec::new();
     if let Some(out) = child.stdout.take() {
         log_tasks.push(copy_lines(out, log.file.clone()));
@@ -218,6 +225,7 @@ pub async fn spawn(spec: &ProcessSpec, cwd: &Path, log: &LogSink) -> Result<Runn
         watchdog_stdin,
         pgid,
         pid,
+        stdin,
         log_tasks,
         cleaned: false,
     })
@@ -226,6 +234,11 @@ pub async fn spawn(spec: &ProcessSpec, cwd: &Path, log: &LogSink) -> Result<Runn
 impl Running {
     pub fn pid(&self) -> Option<u32> {
         self.pid
+    }
+
+    /// The stdin pipe of a `stdin: true` container (once).
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.stdin.take()
     }
 
     /// Waits for the main process to exit, then cleans up its group.
@@ -305,6 +318,7 @@ mod tests {
     fn sh(script: &str) -> ProcessSpec {
         ProcessSpec {
             program: "sh".into(),
+            stdin: false,
             args: vec!["-c".into(), script.into()],
             env: BTreeMap::from([(
                 "PATH".to_string(),
@@ -465,6 +479,7 @@ mod sigkill_helper {
         let log = LogSink::open(&dir.join("c.log")).await.unwrap();
         let spec = ProcessSpec {
             program: "sh".into(),
+            stdin: false,
             args: vec![
                 "-c".into(),
                 "sleep 300 & echo $! > bg.pid; sleep 300".into(),

@@ -5,11 +5,36 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// The stdin pipe of a `stdin: true` container, shared by the attach sessions; `None`
+/// inside once it was closed (`stdinOnce`).
+pub type ContainerStdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
+
 /// The env and working directory of a running container's process.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct RunningProcess {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    /// The container's main process (what `kubectl top` measures, with its descendants).
+    pub pid: Option<i32>,
+    /// Its stdin when the container has `stdin: true` (for `kubectl attach -i`).
+    pub stdin: Option<ContainerStdin>,
+    /// `stdinOnce`: the first attach session that closes stdin closes it for good.
+    pub stdin_once: bool,
+}
+
+impl PartialEq for RunningProcess {
+    fn eq(&self, other: &Self) -> bool {
+        let same_stdin = match (&self.stdin, &other.stdin) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        self.env == other.env
+            && self.cwd == other.cwd
+            && self.pid == other.pid
+            && same_stdin
+            && self.stdin_once == other.stdin_once
+    }
 }
 
 type Key = (String, String, String);
@@ -23,6 +48,14 @@ impl RunningContainers {
         let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(&(ns.to_string(), pod.to_string(), container.to_string()))
             .cloned()
+    }
+
+    /// Every running container with a known main process id.
+    pub fn pids(&self) -> Vec<(Key, i32)> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .filter_map(|(k, p)| Some((k.clone(), p.pid?)))
+            .collect()
     }
 
     /// Records a started container; the entry goes when the guard is dropped.
@@ -71,6 +104,9 @@ mod tests {
         let p = RunningProcess {
             env: BTreeMap::from([("A".into(), "1".into())]),
             cwd: PathBuf::from("/tmp"),
+            pid: Some(1),
+            stdin: None,
+            stdin_once: false,
         };
         let guard = reg.register("ns", "pod", "main", p.clone());
         assert_eq!(reg.clone().get("ns", "pod", "main"), Some(p));

@@ -133,6 +133,8 @@ pub struct ProcessSpec {
     pub env: BTreeMap<String, String>,
     /// Working directory as mapped; may not exist yet.
     pub working_dir: Option<String>,
+    /// `stdin: true`: the process gets a pipe that `kubectl attach -i` writes to.
+    pub stdin: bool,
 }
 
 /// Why a container cannot be started (status reason + message).
@@ -216,6 +218,7 @@ pub fn build_process(
         args: argv,
         env,
         working_dir,
+        stdin: container.stdin == Some(true),
     })
 }
 
