@@ -24,6 +24,7 @@ impl ExecBackend for Fixed {
                 ("GREETING".to_string(), "from-the-container".to_string()),
             ]),
             cwd: self.0.clone(),
+            argv_prefix: Vec::new(),
         })
     }
 }

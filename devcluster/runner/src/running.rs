@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub struct RunningProcess {
     pub env: BTreeMap<String, String>,
     pub cwd: PathBuf,
+    /// Runs a command inside the container (`podman exec NAME`); empty for a process.
+    pub argv_prefix: Vec<String>,
 }
 
 type Key = (String, String, String);
@@ -71,6 +73,7 @@ mod tests {
         let p = RunningProcess {
             env: BTreeMap::from([("A".into(), "1".into())]),
             cwd: PathBuf::from("/tmp"),
+            argv_prefix: Vec::new(),
         };
         let guard = reg.register("ns", "pod", "main", p.clone());
         assert_eq!(reg.clone().get("ns", "pod", "main"), Some(p));

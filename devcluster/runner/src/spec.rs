@@ -133,6 +133,9 @@ pub struct ProcessSpec {
     pub env: BTreeMap<String, String>,
     /// Working directory as mapped; may not exist yet.
     pub working_dir: Option<String>,
+    /// For a container: the command that runs an exec probe's command inside it
+    /// (`podman exec NAME`); empty for a process, whose probes run on the host with its env.
+    pub exec_prefix: Vec<String>,
 }
 
 /// Why a container cannot be started (status reason + message).
@@ -216,6 +219,7 @@ pub fn build_process(
         args: argv,
         env,
         working_dir,
+        exec_prefix: Vec::new(),
     })
 }
 
