@@ -1127,7 +1127,16 @@ async fn run_instance(
             // The runtime could not start the command (as a real kubelet reports it).
             reason = "StartError";
             exit_code = 128;
-            message = Some(state.error);
+            // podman's own message (its last `Error:` line in the log) says why.
+            let log = env.logs_dir.join(format!("{}.log", container.name));
+            let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+            message = Some(
+                text.lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("Error: "))
+                    .map(str::to_string)
+                    .unwrap_or(state.error),
+            );
         }
     }
     Some(RunState::Terminated {

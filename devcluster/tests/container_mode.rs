@@ -1,0 +1,503 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! Container mode end to end: the runtime-python image built by scripts/images.sh (buildah),
+//! pushed to Debian's docker-registry on loopback, and run by devcluster with podman
+//! (`Options::with_containers`, `devcluster up --pods container`).
+//!
+//! (a) A Pod from the registry image reads a ConfigMap volume, a Secret env var, its pod
+//! address (fieldRef `status.podIP`) and its ServiceAccount token, and calls the API server
+//! in-cluster (KUBERNETES_SERVICE_HOST/PORT, the mounted ca.crt and token), under a restricted
+//! securityContext and limits; checked through `kubectl logs` and the pod status. A Pod that
+//! exits 3 reports it; a Pod whose image is not in the registry waits with ErrImagePull /
+//! ImagePullBackOff and an Event.
+//! (b) A Python function (the runtime image with its handler in a ConfigMap volume) answers
+//! HTTP at its pod address and through its Service.
+//!
+//! Needs root, podman (runc), buildah, docker-registry and debootstrap (see
+//! docs/testing.md "Images"); skipped with a message when podman does not run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use devcluster::{DevCluster, Options};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed:\n{}", text(&out));
+    out
+}
+
+fn images_sh(args: &[&str]) -> Output {
+    run(Command::new("bash")
+        .arg(repo_root().join("scripts/images.sh"))
+        .args(args))
+}
+
+/// Why podman cannot run containers here, or None when it can.
+fn podman_unusable() -> Option<String> {
+    match Command::new("podman")
+        .args(["info", "--format", "{{.Host.OCIRuntime.Name}}"])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Err(e) => Some(format!("podman is not installed ({e})")),
+        Ok(o) if !o.status.success() => Some(format!("`podman info` failed: {}", text(&o))),
+        Ok(_) => None,
+    }
+}
+
+/// The registry of the test, stopped by the PID it wrote when dropped.
+struct Registry {
+    dir: tempfile::TempDir,
+    addr: String,
+}
+
+impl Registry {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = images_sh(&["registry-start", dir.path().to_str().unwrap()]);
+        let addr = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{}", text(&out));
+        Self { dir, addr }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(repo_root().join("scripts/images.sh"))
+            .args(["registry-stop", self.dir.path().to_str().unwrap()])
+            .output();
+    }
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--request-timeout=30s")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl is missing: apt-get install -y kubernetes-client");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn jsonpath(kubeconfig: &Path, what: &[&str], path: &str) -> String {
+    let mut args = vec!["get"];
+    args.extend_from_slice(what);
+    let expr = format!("jsonpath={path}");
+    args.extend(["-o", &expr]);
+    let out = kubectl(kubeconfig, &args, None);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Polls `f` every 200 ms until it returns Some, at most `limit`.
+fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn objects(image: &str, missing_image: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings}}
+data: {{greeting: hello-from-configmap}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: creds}}
+stringData: {{password: s3cret-value}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: reader}}
+spec:
+  restartPolicy: Never
+  securityContext:
+    runAsNonRoot: true
+    seccompProfile: {{type: RuntimeDefault}}
+  containers:
+  - name: main
+    image: {image}
+    imagePullPolicy: Always
+    command: ["python3", "-c"]
+    args:
+    - |
+      import json, os, ssl, urllib.request, urllib.error
+      sa = "/var/run/secrets/kubernetes.io/serviceaccount"
+      print("greeting=" + open("/etc/settings/greeting").read())
+      print("password=" + os.environ["PASSWORD"])
+      print("ip=" + os.environ["MY_IP"] + " bind=" + os.environ["KUBELESS_LISTEN_ADDRESS"])
+      print("uid=%d" % os.getuid())
+      print("token-bytes=%d" % len(open(sa + "/token").read()))
+      print("namespace=" + open(sa + "/namespace").read())
+      try:
+          open("/written", "w")
+          print("rootfs=writable")
+      except OSError:
+          print("rootfs=read-only")
+      url = "https://%s:%s/api/v1/namespaces/default/pods/reader" % (
+          os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+      req = urllib.request.Request(url, headers={{"Authorization": "Bearer " + open(sa + "/token").read()}})
+      ctx = ssl.create_default_context(cafile=sa + "/ca.crt")
+      try:
+          code = urllib.request.urlopen(req, context=ctx).status
+          body = ""
+      except urllib.error.HTTPError as e:
+          code = e.code
+          body = json.loads(e.read()).get("message", "")
+      print("api=%d %s" % (code, body))
+    env:
+    - name: PASSWORD
+      valueFrom: {{secretKeyRef: {{name: creds, key: password}}}}
+    - name: MY_IP
+      valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}
+    volumeMounts:
+    - {{name: settings, mountPath: /etc/settings}}
+    resources:
+      limits: {{memory: 128Mi, cpu: 500m}}
+    securityContext:
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+      capabilities: {{drop: [ALL]}}
+  volumes:
+  - name: settings
+    configMap: {{name: settings}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: exits}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: {image}
+    command: ["sh", "-c", "echo bye; exit 3"]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: missing}}
+spec:
+  containers:
+  - name: main
+    image: {missing_image}
+"#
+    )
+}
+
+const HANDLER: &str = r#"
+def hello(event, context):
+    return "hello " + event["data"].decode() if isinstance(event["data"], bytes) else "hello " + str(event["data"])
+"#;
+
+fn function_objects(image: &str) -> String {
+    let handler = HANDLER
+        .lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: hello-code}}
+data:
+  handler.py: |
+{handler}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: hello}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{function: hello}}}}
+  template:
+    metadata: {{labels: {{function: hello}}}}
+    spec:
+      securityContext: {{runAsNonRoot: true}}
+      containers:
+      - name: hello
+        image: {image}
+        env:
+        - {{name: FUNC_HANDLER, value: hello}}
+        - {{name: MOD_NAME, value: handler}}
+        - {{name: FUNC_RUNTIME, value: python3.11}}
+        - {{name: KUBELESS_INSTALL_VOLUME, value: /kubeless}}
+        ports: [{{containerPort: 8080, name: http}}]
+        readinessProbe:
+          httpGet: {{path: /healthz, port: 8080}}
+          periodSeconds: 1
+        volumeMounts: [{{name: code, mountPath: /kubeless}}]
+        securityContext:
+          allowPrivilegeEscalation: false
+          capabilities: {{drop: [ALL]}}
+      volumes:
+      - name: code
+        configMap: {{name: hello-code}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: hello}}
+spec:
+  selector: {{function: hello}}
+  ports: [{{name: http, port: 8080, targetPort: 8080}}]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_run_from_registry_images_with_podman() {
+    if let Some(why) = podman_unusable() {
+        eprintln!(
+            "SKIPPED container_mode: {why}. Install podman and runc and configure them as docs/testing.md \"Images\" says."
+        );
+        return;
+    }
+    // Build (cached when nothing changed) and push the runtime image.
+    let start = Instant::now();
+    let built = images_sh(&["build", "runtime-python"]);
+    eprintln!(
+        "images.sh build runtime-python: {:.1}s\n{}",
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&built.stdout)
+    );
+    let registry = Registry::start();
+    let pushed = images_sh(&["push", &registry.addr, "runtime-python"]);
+    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
+    let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
+    let missing = format!("{}/kubeless-rs/not-pushed:1.0", registry.addr);
+    // A locally stored copy must not stand in for the registry: `Always` pulls.
+    let _ = Command::new("podman")
+        .args(["rmi", "--force", &image])
+        .output();
+
+    let state = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
+        .await
+        .unwrap();
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let result = tokio::task::spawn_blocking(move || {
+        checks(&kc, &image, &missing);
+    })
+    .await;
+    cluster.shutdown().await;
+    // No container of this cluster is left behind.
+    let filter = format!(
+        "label=io.devcluster.state-dir={}",
+        std::path::absolute(state.path().join("pods"))
+            .unwrap()
+            .display()
+    );
+    let left = run(Command::new("podman").args(["ps", "--all", "--quiet", "--filter", &filter]));
+    drop(registry);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    assert!(
+        left.stdout.is_empty(),
+        "containers left after shutdown: {}",
+        text(&left)
+    );
+}
+
+fn checks(kc: &Path, image: &str, missing: &str) {
+    let applied = kubectl(kc, &["apply", "-f", "-"], Some(&objects(image, missing)));
+    assert!(applied.status.success(), "{}", text(&applied));
+
+    // (a) The reader runs to completion from the registry image.
+    let phase = wait_for(Duration::from_secs(180), "pod reader to finish", || {
+        let p = jsonpath(kc, &["pod", "reader"], "{.status.phase}");
+        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
+    });
+    let logs = kubectl(kc, &["logs", "reader"], None);
+    let log = String::from_utf8_lossy(&logs.stdout).to_string();
+    assert_eq!(phase, "Succeeded", "{}", text(&logs));
+    let pod_ip = jsonpath(kc, &["pod", "reader"], "{.status.podIP}");
+    for want in [
+        "greeting=hello-from-configmap".to_string(),
+        "password=s3cret-value".to_string(),
+        format!("ip={pod_ip} bind={pod_ip}"),
+        "uid=65532".to_string(),
+        "namespace=default".to_string(),
+        "rootfs=read-only".to_string(),
+        // The token and CA work in-cluster; the default ServiceAccount may not read pods.
+        "api=403".to_string(),
+        "system:serviceaccount:default:default".to_string(),
+    ] {
+        assert!(
+            log.contains(&want),
+            "{want:?} not in the reader's log:\n{log}"
+        );
+    }
+    assert!(!log.contains("token-bytes=0"), "{log}");
+    let image_id = jsonpath(
+        kc,
+        &["pod", "reader"],
+        "{.status.containerStatuses[0].imageID}",
+    );
+    assert!(image_id.contains("@sha256:"), "{image_id}");
+    let id = jsonpath(
+        kc,
+        &["pod", "reader"],
+        "{.status.containerStatuses[0].containerID}",
+    );
+    assert!(id.starts_with("podman://"), "{id}");
+
+    // Exit codes reach the status.
+    wait_for(Duration::from_secs(120), "pod exits to fail", || {
+        (jsonpath(kc, &["pod", "exits"], "{.status.phase}") == "Failed").then_some(())
+    });
+    let terminated = jsonpath(
+        kc,
+        &["pod", "exits"],
+        "{.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}",
+    );
+    assert_eq!(terminated, "3 Error");
+    let logs = kubectl(kc, &["logs", "exits"], None);
+    assert_eq!(String::from_utf8_lossy(&logs.stdout).trim(), "bye");
+
+    // An image the registry does not have: waiting, with the reason and an Event.
+    let reason = wait_for(Duration::from_secs(60), "pod missing to wait", || {
+        let r = jsonpath(
+            kc,
+            &["pod", "missing"],
+            "{.status.containerStatuses[0].state.waiting.reason}",
+        );
+        matches!(r.as_str(), "ErrImagePull" | "ImagePullBackOff").then_some(r)
+    });
+    eprintln!("missing image: {reason}");
+    wait_for(
+        Duration::from_secs(30),
+        "a Failed event for pod missing",
+        || {
+            let ev = kubectl(
+                kc,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=missing",
+                    "-o",
+                    "jsonpath={.items[*].reason}",
+                ],
+                None,
+            );
+            String::from_utf8_lossy(&ev.stdout)
+                .contains("Failed")
+                .then_some(())
+        },
+    );
+
+    // (b) A Python function from the runtime image, through its Service.
+    let applied = kubectl(kc, &["apply", "-f", "-"], Some(&function_objects(image)));
+    assert!(applied.status.success(), "{}", text(&applied));
+    let ip = wait_for(
+        Duration::from_secs(120),
+        "a ready endpoint of service hello",
+        || {
+            let ip = jsonpath(kc, &["endpoints", "hello"], "{.subsets[0].addresses[0].ip}");
+            (!ip.is_empty()).then_some(ip)
+        },
+    );
+    let direct = wait_for(
+        Duration::from_secs(30),
+        "the function at its pod address",
+        || {
+            let out = Command::new("curl")
+                .args(["-sS", "--max-time", "5", "-d", "world"])
+                .arg(format!("http://{ip}:8080/"))
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+        },
+    );
+    assert_eq!(direct.trim(), "hello world");
+    let proxied = kubectl(
+        kc,
+        &[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/default/services/hello:http/proxy/?probe=1",
+        ],
+        None,
+    );
+    assert!(proxied.status.success(), "{}", text(&proxied));
+    assert!(
+        String::from_utf8_lossy(&proxied.stdout).starts_with("hello"),
+        "{}",
+        text(&proxied)
+    );
+    // kubectl exec runs inside the container.
+    let pod = jsonpath(
+        kc,
+        &["pods", "-l", "function=hello"],
+        "{.items[0].metadata.name}",
+    );
+    let exec = kubectl(
+        kc,
+        &["exec", &pod, "--", "cat", "/kubeless/handler.py"],
+        None,
+    );
+    assert!(
+        String::from_utf8_lossy(&exec.stdout).contains("def hello"),
+        "{}",
+        text(&exec)
+    );
+    // Deleting the pod stops its container (SIGTERM, grace period) and the status goes.
+    let deleted = kubectl(kc, &["delete", "deployment", "hello", "--wait=true"], None);
+    assert!(deleted.status.success(), "{}", text(&deleted));
+    wait_for(Duration::from_secs(60), "the function pod to go", || {
+        jsonpath(
+            kc,
+            &["pods", "-l", "function=hello"],
+            "{.items[*].metadata.name}",
+        )
+        .is_empty()
+        .then_some(())
+    });
+}
