@@ -12,8 +12,8 @@
 //! (b) A Python function (the runtime image with its handler in a ConfigMap volume) answers
 //! HTTP at its pod address and through its Service.
 //!
-//! Needs root, podman (runc), buildah, docker-registry and debootstrap (see
-//! docs/testing.md "Images"); skipped with a message when podman does not run.
+//! Needs root, podman (runc), buildah, docker-registry and debootstrap (`ensure_containers` in
+//! scripts/lib.sh); skipped with a message when podman does not run.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -292,7 +292,7 @@ spec:
 async fn pods_run_from_registry_images_with_podman() {
     if let Some(why) = podman_unusable() {
         eprintln!(
-            "SKIPPED container_mode: {why}. Install podman and runc and configure them as docs/testing.md \"Images\" says."
+            "SKIPPED container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
         );
         return;
     }
