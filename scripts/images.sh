@@ -85,8 +85,7 @@ ensure_base() {
   echo "BASE $BASE_IMAGE $(since "$start")s"
 }
 
-# The binaries an image's Dockerfile copies from bin/ (so `build runtime-python` compiles only
-# kubeless-runtime, not every service).
+# The binaries an image's Dockerfile copies from bin/.
 binaries_of() {
   sed -n 's|^COPY bin/\([^ ]*\) .*|\1|p' "$ROOT/$1"
 }
@@ -103,18 +102,32 @@ cargo_args_of() {
 
 # bin/ (stripped release binaries of the selected images), images/rootfs.sh, runtimes/ and node/
 # in one build context. Arguments: the Dockerfiles of the selected images.
+#
+# cargo builds every image's binary by default, whatever is selected: one set of packages means
+# one feature unification, so the dependencies built for `build` (all images, as scripts/test.sh
+# runs it) also serve `build NAME`. KUBELESS_IMAGE_CARGO=selected builds only the binaries the
+# selected images copy (much less on a cold target dir; another feature set, so built apart).
 prepare_context() {
   local ctx="$CACHE/context" target="$CARGO_TARGET_DIR/image" dockerfile b
-  local -a bins=() args=()
+  local -a bins=() args=() build=()
   for dockerfile in "$@"; do
     for b in $(binaries_of "$dockerfile"); do
       case " ${bins[*]} " in *" $b "*) ;; *) bins+=("$b") ;; esac
     done
   done
-  if [ "${KUBELESS_IMAGE_SKIP_CARGO:-0}" != 1 ] && [ ${#bins[@]} -gt 0 ]; then
+  if [ "${KUBELESS_IMAGE_CARGO:-all}" = selected ]; then
+    build=("${bins[@]}")
+  else
+    for dockerfile in $(images | awk '{ print $3 }'); do
+      for b in $(binaries_of "$dockerfile"); do
+        case " ${build[*]} " in *" $b "*) ;; *) build+=("$b") ;; esac
+      done
+    done
+  fi
+  if [ "${KUBELESS_IMAGE_SKIP_CARGO:-0}" != 1 ] && [ ${#build[@]} -gt 0 ]; then
     local start
     start="$(now)"
-    for b in "${bins[@]}"; do
+    for b in "${build[@]}"; do
       # shellcheck disable=SC2207
       args+=($(cargo_args_of "$b"))
     done

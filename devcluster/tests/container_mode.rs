@@ -12,8 +12,16 @@
 //! (b) A Python function (the runtime image with its handler in a ConfigMap volume) answers
 //! HTTP at its pod address and through its Service.
 //!
+//! (c) The umbrella Helm chart (deploy/helm, rendered by the real Helm engine) with only the
+//! function-controller on, its images from the registry: the controller runs from its image
+//! under the chart's ServiceAccount and RBAC with kube-rs's in-cluster config, in a namespace
+//! that enforces PodSecurity `restricted`, and a Function it deploys runs from the runtime
+//! image and answers.
+//!
 //! Needs root, podman (runc), buildah, docker-registry and debootstrap (`ensure_containers` in
-//! scripts/lib.sh); skipped with a message when podman does not run.
+//! scripts/lib.sh); skipped with a message when podman does not run. `scripts/images.sh build`
+//! compiles every image's binary first (cached after scripts/test.sh's `images.sh build`);
+//! `KUBELESS_IMAGE_CARGO=selected` limits it to these two images' binaries on a cold target dir.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -288,8 +296,12 @@ spec:
     )
 }
 
+/// The tests build and push images with buildah: one at a time.
+static IMAGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_run_from_registry_images_with_podman() {
+    let _one_at_a_time = IMAGES.lock().await;
     if let Some(why) = podman_unusable() {
         eprintln!(
             "SKIPPED container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
@@ -298,9 +310,9 @@ async fn pods_run_from_registry_images_with_podman() {
     }
     // Build (cached when nothing changed) and push the runtime image.
     let start = Instant::now();
-    let built = images_sh(&["build", "runtime-python"]);
+    let built = images_sh(&["build", "function-controller", "runtime-python"]);
     eprintln!(
-        "images.sh build runtime-python: {:.1}s\n{}",
+        "images.sh build function-controller runtime-python: {:.1}s\n{}",
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&built.stdout)
     );
@@ -500,4 +512,191 @@ fn checks(kc: &Path, image: &str, missing: &str) {
         .is_empty()
         .then_some(())
     });
+}
+
+/// The chart rendered by the real Helm engine (helm-python-sdk), as one YAML stream.
+fn render_chart(values: &serde_json::Value) -> String {
+    let script = r#"
+import json, sys
+import helm_python
+chart = helm_python.Chart.load(sys.argv[1])
+out = chart.render(values=json.loads(sys.argv[2]), name="kubeless", namespace=sys.argv[3], is_install=True)
+print("\n---\n".join(t for p, t in sorted(out.items()) if p.endswith((".yaml", ".yml")) and t.strip()))
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(repo_root().join("deploy/helm/kubeless"))
+        .arg(values.to_string())
+        .arg("kubeless")
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 must be installed");
+    assert!(
+        out.status.success(),
+        "rendering the chart failed (needs `pip install helm-python-sdk pyyaml`, which scripts/test.sh does):\n{}",
+        text(&out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_chart_runs_from_the_registry_in_container_mode() {
+    let _one_at_a_time = IMAGES.lock().await;
+    if let Some(why) = podman_unusable() {
+        eprintln!(
+            "SKIPPED container_mode chart: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
+        );
+        return;
+    }
+    let start = Instant::now();
+    let built = images_sh(&["build", "function-controller", "runtime-python"]);
+    eprintln!(
+        "images.sh build function-controller runtime-python: {:.1}s\n{}",
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&built.stdout)
+    );
+    let registry = Registry::start();
+    let pushed = images_sh(&[
+        "push",
+        &registry.addr,
+        "function-controller",
+        "runtime-python",
+    ]);
+    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
+
+    // Host networking: each service binds its pod's address (a POD_IP fieldRef), as in
+    // integration-tests/tests/chart_rbac.rs.
+    let pod_ip = serde_json::json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
+    let admin = serde_json::json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
+    let off = serde_json::json!({"enabled": false});
+    let values = serde_json::json!({
+        "global": {"imageRegistry": registry.addr, "imagePullPolicy": "Always", "logFormat": "text",
+                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
+        "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
+        "http-trigger-controller": off, "cronjob-trigger-controller": off, "nats-trigger": off,
+        "kafka-trigger": off, "kinesis-trigger": off, "dashboard": off,
+    });
+    let manifest = render_chart(&values);
+
+    let state = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
+        .await
+        .unwrap();
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let reg = registry.addr.clone();
+    let result = tokio::task::spawn_blocking(move || chart_checks(&kc, &manifest, &reg)).await;
+    cluster.shutdown().await;
+    drop(registry);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+const FUNCTION: &str = r#"
+apiVersion: kubeless.io/v1beta1
+kind: Function
+metadata: {name: hello, namespace: functions}
+spec:
+  runtime: python3.11
+  handler: handler.hello
+  timeout: "10"
+  function: |
+    def hello(event, context):
+        data = event["data"]
+        if isinstance(data, bytes):
+            data = data.decode()
+        return "hello " + str(data)
+"#;
+
+fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
+    let ok = |o: Output| {
+        assert!(o.status.success(), "{}", text(&o));
+        o
+    };
+    for ns in ["kubeless", "functions"] {
+        ok(kubectl(kc, &["create", "namespace", ns], None));
+        ok(kubectl(
+            kc,
+            &[
+                "label",
+                "namespace",
+                ns,
+                "pod-security.kubernetes.io/enforce=restricted",
+            ],
+            None,
+        ));
+    }
+    let crds = repo_root().join("deploy/helm/kubeless/crds");
+    ok(kubectl(kc, &["apply", "-f", crds.to_str().unwrap()], None));
+    ok(kubectl(
+        kc,
+        &[
+            "wait",
+            "--for=condition=established",
+            "crd/functions.kubeless.io",
+            "--timeout=60s",
+        ],
+        None,
+    ));
+    ok(kubectl(kc, &["apply", "-f", "-"], Some(manifest)));
+    let controller = wait_for(
+        Duration::from_secs(180),
+        "the function-controller pod Ready",
+        || {
+            let ready = jsonpath(
+                kc,
+                &[
+                    "pods",
+                    "-n",
+                    "kubeless",
+                    "-l",
+                    "app.kubernetes.io/instance=kubeless",
+                ],
+                "{.items[0].metadata.name} {.items[0].status.conditions[?(@.type==\"Ready\")].status}",
+            );
+            ready.strip_suffix(" True").map(str::to_string)
+        },
+    );
+    let image = jsonpath(
+        kc,
+        &["pod", "-n", "kubeless", &controller],
+        "{.status.containerStatuses[0].imageID}",
+    );
+    assert!(
+        image.starts_with(&format!("{registry}/kubeless-rs/function-controller:")),
+        "{image}"
+    );
+
+    ok(kubectl(kc, &["apply", "-f", "-"], Some(FUNCTION)));
+    let ip = wait_for(Duration::from_secs(180), "the function's pod Ready", || {
+        let out = jsonpath(
+            kc,
+            &["pods", "-n", "functions", "-l", "function=hello"],
+            "{.items[0].status.podIP} {.items[0].status.conditions[?(@.type==\"Ready\")].status}",
+        );
+        out.strip_suffix(" True").map(str::to_string)
+    });
+    let answer = wait_for(Duration::from_secs(30), "the function to answer", || {
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "-d", "chart"])
+            .arg(format!("http://{ip}:8080/"))
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+    });
+    assert_eq!(answer.trim(), "hello chart");
+    let fn_image = jsonpath(
+        kc,
+        &["pods", "-n", "functions", "-l", "function=hello"],
+        "{.items[0].status.containerStatuses[0].imageID}",
+    );
+    assert!(
+        fn_image.starts_with(&format!("{registry}/kubeless-rs/runtime-python:")),
+        "{fn_image}"
+    );
+    let log = kubectl(kc, &["logs", "-n", "kubeless", &controller], None);
+    let log = String::from_utf8_lossy(&log.stdout).to_string();
+    assert!(!log.to_lowercase().contains("forbidden"), "{log}");
 }
