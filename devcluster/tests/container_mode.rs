@@ -224,6 +224,9 @@ spec:
   - name: main
     image: {image}
     command: ["sh", "-c", "echo bye; exit 3"]
+  - name: nocmd
+    image: {image}
+    command: ["/no/such/binary"]
 ---
 apiVersion: v1
 kind: Pod
@@ -405,10 +408,21 @@ fn checks(kc: &Path, image: &str, missing: &str) {
     let terminated = jsonpath(
         kc,
         &["pod", "exits"],
-        "{.status.containerStatuses[0].state.terminated.exitCode} {.status.containerStatuses[0].state.terminated.reason}",
+        "{.status.containerStatuses[?(@.name==\"main\")].state.terminated.exitCode} {.status.containerStatuses[?(@.name==\"main\")].state.terminated.reason}",
     );
     assert_eq!(terminated, "3 Error");
-    let logs = kubectl(kc, &["logs", "exits"], None);
+    let start_error = jsonpath(
+        kc,
+        &["pod", "exits"],
+        "{.status.containerStatuses[?(@.name==\"nocmd\")].state.terminated}",
+    );
+    assert!(
+        start_error.contains(r#""exitCode":128"#)
+            && start_error.contains(r#""reason":"StartError""#)
+            && start_error.contains("/no/such/binary"),
+        "{start_error}"
+    );
+    let logs = kubectl(kc, &["logs", "exits", "-c", "main"], None);
     assert_eq!(String::from_utf8_lossy(&logs.stdout).trim(), "bye");
 
     // An image the registry does not have: waiting, with the reason and an Event.

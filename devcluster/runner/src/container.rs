@@ -551,9 +551,12 @@ pub async fn check(rt: &ContainerRuntime) -> Result<(), String> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExitState {
     pub exit_code: i32,
-    /// Why it could not start (the command not found, ...), empty when it ran.
+    /// The runtime's error, when it recorded one.
     pub error: String,
     pub oom_killed: bool,
+    /// False when the command never ran (not found, not executable): podman leaves such a
+    /// container `created`, exit code 0.
+    pub started: bool,
 }
 
 /// The exit code, start error and OOM kill of a finished container.
@@ -564,7 +567,7 @@ pub async fn exit_state(rt: &ContainerRuntime, name: &str) -> Option<ExitState> 
             "container",
             "inspect",
             "--format",
-            "{{.State.ExitCode}}|{{.State.OOMKilled}}|{{.State.Error}}",
+            "{{.State.ExitCode}}|{{.State.OOMKilled}}|{{.State.Status}}|{{.State.Error}}",
             name,
         ],
     )
@@ -572,14 +575,16 @@ pub async fn exit_state(rt: &ContainerRuntime, name: &str) -> Option<ExitState> 
     .ok()
     .filter(|o| o.status.success())?;
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.trim().splitn(3, '|');
+    let mut parts = text.trim().splitn(4, '|');
     let exit_code = parts.next()?.trim().parse().ok()?;
     let oom_killed = parts.next() == Some("true");
+    let started = parts.next() != Some("created");
     let error = parts.next().unwrap_or("").trim().to_string();
     Some(ExitState {
         exit_code,
         error,
         oom_killed,
+        started,
     })
 }
 

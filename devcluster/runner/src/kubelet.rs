@@ -1123,7 +1123,7 @@ async fn run_instance(
         reason = if exit_code == 0 { "Completed" } else { "Error" };
         if state.oom_killed {
             reason = "OOMKilled";
-        } else if !state.error.is_empty() {
+        } else if !state.started || !state.error.is_empty() {
             // The runtime could not start the command (as a real kubelet reports it).
             reason = "StartError";
             exit_code = 128;
