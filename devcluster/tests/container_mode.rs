@@ -281,6 +281,11 @@ spec:
         readinessProbe:
           httpGet: {{path: /healthz, port: 8080}}
           periodSeconds: 1
+        # Runs inside the container (podman exec): the file is only there.
+        livenessProbe:
+          exec: {{command: [cat, /kubeless/handler.py]}}
+          periodSeconds: 1
+          failureThreshold: 2
         volumeMounts: [{{name: code, mountPath: /kubeless}}]
         securityContext:
           allowPrivilegeEscalation: false
@@ -503,6 +508,17 @@ fn checks(kc: &Path, image: &str, missing: &str) {
         kc,
         &["pods", "-l", "function=hello"],
         "{.items[0].metadata.name}",
+    );
+    // The exec liveness probe has passed all along.
+    std::thread::sleep(Duration::from_secs(3));
+    let restarts = jsonpath(
+        kc,
+        &["pod", &pod],
+        "{.status.containerStatuses[0].restartCount}",
+    );
+    assert_eq!(
+        restarts, "0",
+        "the exec liveness probe failed in the container"
     );
     let exec = kubectl(
         kc,
