@@ -282,7 +282,7 @@ struct PodEnv {
     pod_dir: PathBuf,
     logs_dir: PathBuf,
     volumes: HashMap<String, PathBuf>,
-    /// Volumes a container always sees read-only (ConfigMap, Secret, downward API).
+    /// Volumes a container always sees read-only (ConfigMap, Secret, downward API, projected).
     read_only_volumes: HashSet<String>,
     pod_security: Option<k8s_openapi::api::core::v1::PodSecurityContext>,
     /// The ServiceAccount files, when the pod has them: stands for the kubelet's
