@@ -227,6 +227,12 @@ spec:
   - name: nocmd
     image: {image}
     command: ["/no/such/binary"]
+  # Over its memory limit: the kernel kills it.
+  - name: hog
+    image: {image}
+    command: ["python3", "-c", "x = bytearray(256 * 1024 * 1024); print(len(x))"]
+    resources:
+      limits: {{memory: 32Mi}}
 ---
 apiVersion: v1
 kind: Pod
@@ -427,6 +433,12 @@ fn checks(kc: &Path, image: &str, missing: &str) {
             && start_error.contains("/no/such/binary"),
         "{start_error}"
     );
+    let hog = jsonpath(
+        kc,
+        &["pod", "exits"],
+        "{.status.containerStatuses[?(@.name==\"hog\")].state.terminated.exitCode}",
+    );
+    assert_eq!(hog, "137", "the memory limit did not stop the container");
     let logs = kubectl(kc, &["logs", "exits", "-c", "main"], None);
     assert_eq!(String::from_utf8_lossy(&logs.stdout).trim(), "bye");
 
