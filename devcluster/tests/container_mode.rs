@@ -12,16 +12,17 @@
 //! (b) A Python function (the runtime image with its handler in a ConfigMap volume) answers
 //! HTTP at its pod address and through its Service.
 //!
-//! (c) The umbrella Helm chart (deploy/helm, rendered by the real Helm engine) with only the
-//! function-controller on, its images from the registry: the controller runs from its image
-//! under the chart's ServiceAccount and RBAC with kube-rs's in-cluster config, in a namespace
-//! that enforces PodSecurity `restricted`, and a Function it deploys runs from the runtime
-//! image and answers.
+//! (c) The umbrella Helm chart (deploy/helm, rendered by the real Helm engine) with the
+//! function-controller and the http-trigger-controller (gateway on), its images from the
+//! registry: the controllers run from their images under the chart's ServiceAccounts and RBAC
+//! with kube-rs's in-cluster config, in namespaces that enforce PodSecurity `restricted`, and a
+//! Function they deploy runs from the runtime image and answers at its pod address and through
+//! the gateway (an HTTPTrigger).
 //!
 //! Needs root, podman (runc), buildah, docker-registry and debootstrap (`ensure_containers` in
 //! scripts/lib.sh); skipped with a message when podman does not run. `scripts/images.sh build`
 //! compiles every image's binary first (cached after scripts/test.sh's `images.sh build`);
-//! `KUBELESS_IMAGE_CARGO=selected` limits it to these two images' binaries on a cold target dir.
+//! `KUBELESS_IMAGE_CARGO=selected` limits it to these images' binaries on a cold target dir.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -324,9 +325,14 @@ async fn pods_run_from_registry_images_with_podman() {
     }
     // Build (cached when nothing changed) and push the runtime image.
     let start = Instant::now();
-    let built = images_sh(&["build", "function-controller", "runtime-python"]);
+    let built = images_sh(&[
+        "build",
+        "function-controller",
+        "http-trigger-controller",
+        "runtime-python",
+    ]);
     eprintln!(
-        "images.sh build function-controller runtime-python: {:.1}s\n{}",
+        "images.sh build function-controller http-trigger-controller runtime-python: {:.1}s\n{}",
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&built.stdout)
     );
@@ -591,9 +597,14 @@ async fn the_chart_runs_from_the_registry_in_container_mode() {
         return;
     }
     let start = Instant::now();
-    let built = images_sh(&["build", "function-controller", "runtime-python"]);
+    let built = images_sh(&[
+        "build",
+        "function-controller",
+        "http-trigger-controller",
+        "runtime-python",
+    ]);
     eprintln!(
-        "images.sh build function-controller runtime-python: {:.1}s\n{}",
+        "images.sh build function-controller http-trigger-controller runtime-python: {:.1}s\n{}",
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&built.stdout)
     );
@@ -602,6 +613,7 @@ async fn the_chart_runs_from_the_registry_in_container_mode() {
         "push",
         &registry.addr,
         "function-controller",
+        "http-trigger-controller",
         "runtime-python",
     ]);
     eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
@@ -615,7 +627,9 @@ async fn the_chart_runs_from_the_registry_in_container_mode() {
         "global": {"imageRegistry": registry.addr, "imagePullPolicy": "Always", "logFormat": "text",
                    "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
         "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
-        "http-trigger-controller": off, "cronjob-trigger-controller": off, "nats-trigger": off,
+        "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true},
+            "extraEnv": [pod_ip, admin, {"name": "KUBELESS_GATEWAY_ADDR", "value": "$(POD_IP):8080"}]},
+        "cronjob-trigger-controller": off, "nats-trigger": off,
         "kafka-trigger": off, "kinesis-trigger": off, "dashboard": off,
     });
     let manifest = render_chart(&values);
@@ -648,6 +662,11 @@ spec:
         if isinstance(data, bytes):
             data = data.decode()
         return "hello " + str(data)
+---
+apiVersion: kubeless.io/v1beta1
+kind: HTTPTrigger
+metadata: {name: hello, namespace: functions}
+spec: {function-name: hello, path: hello}
 "#;
 
 fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
@@ -681,6 +700,26 @@ fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
         None,
     ));
     ok(kubectl(kc, &["apply", "-f", "-"], Some(manifest)));
+    for service in ["function-controller", "http-trigger-controller"] {
+        wait_for(
+            Duration::from_secs(180),
+            &format!("the {service} pod Ready"),
+            || {
+                let ready = jsonpath(
+                    kc,
+                    &[
+                        "pods",
+                        "-n",
+                        "kubeless",
+                        "-l",
+                        &format!("app.kubernetes.io/name={service}"),
+                    ],
+                    "{.items[0].status.conditions[?(@.type==\"Ready\")].status}",
+                );
+                (ready == "True").then_some(())
+            },
+        );
+    }
     let controller = wait_for(
         Duration::from_secs(180),
         "the function-controller pod Ready",
@@ -692,7 +731,7 @@ fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
                     "-n",
                     "kubeless",
                     "-l",
-                    "app.kubernetes.io/instance=kubeless",
+                    "app.kubernetes.io/name=function-controller",
                 ],
                 "{.items[0].metadata.name} {.items[0].status.conditions[?(@.type==\"Ready\")].status}",
             );
@@ -738,7 +777,60 @@ fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
         fn_image.starts_with(&format!("{registry}/kubeless-rs/runtime-python:")),
         "{fn_image}"
     );
-    let log = kubectl(kc, &["logs", "-n", "kubeless", &controller], None);
-    let log = String::from_utf8_lossy(&log.stdout).to_string();
-    assert!(!log.to_lowercase().contains("forbidden"), "{log}");
+    // Through the gateway of the http-trigger-controller, routed by the HTTPTrigger.
+    let gateway = jsonpath(
+        kc,
+        &[
+            "pods",
+            "-n",
+            "kubeless",
+            "-l",
+            "app.kubernetes.io/name=http-trigger-controller",
+        ],
+        "{.items[0].status.podIP}",
+    );
+    let via_gateway = wait_for(
+        Duration::from_secs(60),
+        "the function through the gateway",
+        || {
+            let out = Command::new("curl")
+                .args([
+                    "-sS",
+                    "--fail",
+                    "--max-time",
+                    "5",
+                    "-H",
+                    "content-type: text/plain",
+                    "-d",
+                    "gateway",
+                ])
+                .arg(format!("http://{gateway}:8080/hello"))
+                .output()
+                .ok()?;
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).to_string())
+        },
+    );
+    assert_eq!(via_gateway.trim(), "hello gateway");
+    for service in ["function-controller", "http-trigger-controller"] {
+        let log = kubectl(
+            kc,
+            &[
+                "logs",
+                "-n",
+                "kubeless",
+                "-l",
+                &format!("app.kubernetes.io/name={service}"),
+                "--tail=-1",
+            ],
+            None,
+        );
+        let log = String::from_utf8_lossy(&log.stdout).to_string();
+        assert!(!log.is_empty(), "no log from {service}");
+        assert!(
+            !log.to_lowercase().contains("forbidden"),
+            "{service}: {log}"
+        );
+    }
 }
