@@ -92,6 +92,22 @@ impl Registry {
 
 impl Drop for Registry {
     fn drop(&mut self) {
+        // The copies podman pulled from this registry go with it (their layers are shared with
+        // the local images, the names would pile up run after run).
+        if let Ok(out) = Command::new("podman")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+            .output()
+        {
+            let prefix = format!("{}/", self.addr);
+            for name in String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+            {
+                let _ = Command::new("podman")
+                    .args(["rmi", "--ignore", name])
+                    .output();
+            }
+        }
         let _ = Command::new("bash")
             .arg(repo_root().join("scripts/images.sh"))
             .args(["registry-stop", self.dir.path().to_str().unwrap()])
