@@ -85,29 +85,59 @@ ensure_base() {
   echo "BASE $BASE_IMAGE $(since "$start")s"
 }
 
-# bin/ (stripped release binaries), images/rootfs.sh, runtimes/ and node/ in one build context.
+# The binaries an image's Dockerfile copies from bin/.
+binaries_of() {
+  sed -n 's|^COPY bin/\([^ ]*\) .*|\1|p' "$ROOT/$1"
+}
+
+# cargo's -p/--bin arguments for one binary.
+cargo_args_of() {
+  case "$1" in
+    kubeless-cron-invoker) echo "-p cronjob-trigger-controller --bin kubeless-cron-invoker" ;;
+    kubeless-runtime) echo "-p kubeless-runtime --bin kubeless-runtime" ;;
+    kubeless) echo "-p kubeless-cli --bin kubeless" ;;
+    *) echo "-p $1 --bin $1" ;;
+  esac
+}
+
+# bin/ (stripped release binaries of the selected images), images/rootfs.sh, runtimes/ and node/
+# in one build context. Arguments: the Dockerfiles of the selected images.
+#
+# cargo builds every image's binary by default, whatever is selected: one set of packages means
+# one feature unification, so the dependencies built for `build` (all images, as scripts/test.sh
+# runs it) also serve `build NAME`. KUBELESS_IMAGE_CARGO=selected builds only the binaries the
+# selected images copy (much less on a cold target dir; another feature set, so built apart).
 prepare_context() {
-  local ctx="$CACHE/context" target="$CARGO_TARGET_DIR/image"
-  if [ "${KUBELESS_IMAGE_SKIP_CARGO:-0}" != 1 ]; then
+  local ctx="$CACHE/context" target="$CARGO_TARGET_DIR/image" dockerfile b
+  local -a bins=() args=() build=()
+  for dockerfile in "$@"; do
+    for b in $(binaries_of "$dockerfile"); do
+      case " ${bins[*]} " in *" $b "*) ;; *) bins+=("$b") ;; esac
+    done
+  done
+  if [ "${KUBELESS_IMAGE_CARGO:-all}" = selected ]; then
+    build=("${bins[@]}")
+  else
+    for dockerfile in $(images | awk '{ print $3 }'); do
+      for b in $(binaries_of "$dockerfile"); do
+        case " ${build[*]} " in *" $b "*) ;; *) build+=("$b") ;; esac
+      done
+    done
+  fi
+  if [ "${KUBELESS_IMAGE_SKIP_CARGO:-0}" != 1 ] && [ ${#build[@]} -gt 0 ]; then
     local start
     start="$(now)"
+    for b in "${build[@]}"; do
+      # shellcheck disable=SC2207
+      args+=($(cargo_args_of "$b"))
+    done
     # --no-default-features drops the CLI's broker clients (the dashboard image needs none);
     # no other crate built here has default features.
-    cargo build --locked --profile image \
-      -p function-controller --bin function-controller \
-      -p http-trigger-controller --bin http-trigger-controller \
-      -p cronjob-trigger-controller --bin cronjob-trigger-controller --bin kubeless-cron-invoker \
-      -p nats-trigger --bin nats-trigger \
-      -p kafka-trigger --bin kafka-trigger \
-      -p kinesis-trigger --bin kinesis-trigger \
-      -p kubeless-runtime --bin kubeless-runtime \
-      -p kubeless-cli --bin kubeless --no-default-features >&2
+    cargo build --locked --profile image "${args[@]}" --no-default-features >&2
     echo "CARGO --profile image $(since "$start")s" >&2
   fi
   mkdir -p "$ctx/bin" "$ctx/images" "$ctx/runtimes"
-  local b
-  for b in function-controller http-trigger-controller cronjob-trigger-controller \
-    kubeless-cron-invoker nats-trigger kafka-trigger kinesis-trigger kubeless-runtime kubeless; do
+  for b in "${bins[@]}"; do
     [ -x "$target/$b" ] || { echo "missing $target/$b: cargo build --profile image" >&2; exit 1; }
     # cp only on change, so the build context (and every layer after it) stays cached.
     cmp -s "$target/$b" "$ctx/bin/$b" || cp "$target/$b" "$ctx/bin/$b"
@@ -135,7 +165,8 @@ cmd_build() {
   local total ctx
   total="$(now)"
   ensure_base
-  ctx="$(prepare_context | tail -n1)"
+  # shellcheck disable=SC2046
+  ctx="$(prepare_context $(selected "$@" | awk '{ print $3 }') | tail -n1)"
   selected "$@" | while read -r name tag dockerfile; do
     if [ "$name" = runtime-nodejs ] && [ "$tag" = none ]; then
       echo "runtime-nodejs needs node (20 or 22) on PATH to copy into the image" >&2

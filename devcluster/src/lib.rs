@@ -11,6 +11,7 @@ use std::{
 };
 
 use devcluster_apiserver::{RunningServer, ServerConfig};
+pub use devcluster_runner::{ContainerRuntime, PodRuntime};
 use devcluster_runner::{ImageMap, Runner, RunnerConfig};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -48,6 +49,9 @@ pub struct Options {
     pub images_dir: Option<PathBuf>,
     /// How often the HPA controller reads metrics and scales (15 s, as on a real cluster).
     pub hpa_sync_period: std::time::Duration,
+    /// Pods as local processes (the default) or from their images with podman (container
+    /// mode, docs/devcluster.md "Container mode").
+    pub pods: PodRuntime,
 }
 
 impl Options {
@@ -61,7 +65,14 @@ impl Options {
             state_dir: state_dir.into(),
             images_dir: Some(repo_images_dir()),
             hpa_sync_period: std::time::Duration::from_secs(15),
+            pods: PodRuntime::Process,
         }
+    }
+
+    /// Runs pods from their images with podman instead of as local processes.
+    pub fn with_containers(mut self) -> Self {
+        self.pods = PodRuntime::Container(ContainerRuntime::default());
+        self
     }
 }
 
@@ -99,6 +110,7 @@ impl DevCluster {
             state_dir,
             images_dir,
             hpa_sync_period,
+            pods,
         } = options;
         // Pods run in their own folders and mount volumes by path: a relative state dir would
         // point somewhere else from inside each pod, so every path is made absolute first.
@@ -133,6 +145,12 @@ impl DevCluster {
                     path: dir.clone(),
                     source,
                 })?;
+                if let PodRuntime::Container(rt) = &pods
+                    && let Err(e) = devcluster_runner::container::check(rt).await
+                {
+                    // Not fatal: every pod then waits with the error in its status.
+                    tracing::warn!(podman = %rt.podman, error = %e, "container mode: podman does not run");
+                }
                 let client = server.client().await.map_err(Error::ApiServer)?;
                 // Each pod gets a token for its own ServiceAccount and a kubeconfig using it, so
                 // in-pod clients (kube's Client::try_default, kubectl) have exactly the rights
@@ -148,6 +166,7 @@ impl DevCluster {
                     api_access: Some(api_access),
                     pod_ip_base: pod_ip_range(),
                     hpa_sync_period,
+                    pods,
                     ..RunnerConfig::default()
                 };
                 server.set_exec_backend(Arc::new(RunnerExec(config.running.clone())));
@@ -238,6 +257,7 @@ impl devcluster_apiserver::exec::ExecBackend for RunnerExec {
                 cwd: p.cwd,
                 stdin: p.stdin,
                 stdin_once: p.stdin_once,
+                argv_prefix: p.argv_prefix,
             })
     }
 }

@@ -41,6 +41,9 @@ pub struct ContainerProcess {
     pub stdin: Option<ContainerStdin>,
     /// `stdinOnce`: the first attach session to close stdin closes it for good.
     pub stdin_once: bool,
+    /// When set, the command runs as its arguments (`podman exec --interactive NAME`): a
+    /// container's command runs inside it, not on the host.
+    pub argv_prefix: Vec<String>,
 }
 
 /// Finds running containers for exec; the pod runner implements it.
@@ -234,14 +237,18 @@ async fn run(socket: WebSocket, opts: Options, process: ContainerProcess) {
             .await;
     });
 
-    let Some((program, args)) = opts.command.split_first() else {
+    // A container runs the command inside itself (`podman exec ... NAME`), with its own env.
+    let argv: Vec<&String> = process.argv_prefix.iter().chain(&opts.command).collect();
+    let Some((program, args)) = argv.split_first() else {
         return;
     };
     let io = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    let spawned = tokio::process::Command::new(program)
-        .args(args)
-        .env_clear()
-        .envs(&process.env)
+    let mut command = tokio::process::Command::new(program);
+    command.args(args);
+    if process.argv_prefix.is_empty() {
+        command.env_clear().envs(&process.env);
+    }
+    let spawned = command
         .current_dir(&process.cwd)
         .stdin(io(opts.stdin))
         .stdout(io(opts.stdout))

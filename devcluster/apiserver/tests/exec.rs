@@ -26,6 +26,7 @@ impl ExecBackend for Fixed {
             cwd: self.0.clone(),
             stdin: None,
             stdin_once: false,
+            argv_prefix: Vec::new(),
         })
     }
 }

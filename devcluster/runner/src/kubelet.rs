@@ -17,6 +17,7 @@ use kube::{Api, ResourceExt};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::container::{ContainerRuntime, Mount, PodRuntime};
 use crate::ctx::{Ctx, is_not_found, ns_name};
 use crate::podstatus::{ContainerRt, PodRt, RunState, compute_status, exit_code_of};
 use crate::probe::{Timing, probe_once};
@@ -281,6 +282,9 @@ struct PodEnv {
     pod_dir: PathBuf,
     logs_dir: PathBuf,
     volumes: HashMap<String, PathBuf>,
+    /// Volumes a container always sees read-only (ConfigMap, Secret, downward API, projected).
+    read_only_volumes: HashSet<String>,
+    pod_security: Option<k8s_openapi::api::core::v1::PodSecurityContext>,
     /// The ServiceAccount files, when the pod has them: stands for the kubelet's
     /// `/var/run/secrets/kubernetes.io/serviceaccount` mount in every container.
     service_account_dir: Option<PathBuf>,
@@ -439,6 +443,19 @@ async fn run_pod(
             pod_dir: pod_dir.clone(),
             logs_dir: logs_dir.clone(),
             volumes,
+            read_only_volumes: spec
+                .volumes
+                .iter()
+                .flatten()
+                .filter(|v| {
+                    v.config_map.is_some()
+                        || v.secret.is_some()
+                        || v.downward_api.is_some()
+                        || v.projected.is_some()
+                })
+                .map(|v| v.name.clone())
+                .collect(),
+            pod_security: spec.security_context.clone(),
             service_account_dir,
             base_env,
             rep: rep.clone(),
@@ -531,6 +548,9 @@ async fn supervise(
     container: Container,
     restart: impl Fn(i32) -> bool,
 ) -> Option<i32> {
+    if let PodRuntime::Container(rt) = &env.ctx.config.pods {
+        return supervise_container(env.clone(), rt.clone(), kind, idx, container, restart).await;
+    }
     let mut consecutive_failures: u32 = 0;
     let mut first = true;
     loop {
@@ -623,7 +643,7 @@ async fn supervise(
         let outcome = match spawn(&spec, &cwd, &sink).await {
             Ok(running) => {
                 run_instance(
-                    &env, kind, idx, &container, &spec, &cwd, running, started_at, image_id,
+                    &env, kind, idx, &container, &spec, &cwd, running, started_at, image_id, None,
                 )
                 .await
             }
@@ -676,6 +696,325 @@ async fn supervise(
     }
 }
 
+/// [`supervise`] for container mode: pulls the image, creates the container with podman and
+/// runs it attached, restarting it per `restart(exit_code)` with backoff.
+async fn supervise_container(
+    env: Arc<PodEnv>,
+    rt: ContainerRuntime,
+    kind: Kind,
+    idx: usize,
+    container: Container,
+    restart: impl Fn(i32) -> bool,
+) -> Option<i32> {
+    let image = container.image.clone().unwrap_or_default();
+    let policy = crate::container::pull_policy(&image, container.image_pull_policy.as_deref());
+    let name = crate::container::container_name(
+        &env.facts.namespace,
+        &env.facts.name,
+        &container.name,
+        &env.facts.uid,
+    );
+    let api_server = env
+        .ctx
+        .config
+        .api_access
+        .as_ref()
+        .and_then(|a| api_host_port(&a.server));
+    let state_dir = env.ctx.config.work_dir.to_string_lossy().into_owned();
+    let backoff = |n: u32| {
+        backoff_delay(
+            env.ctx.config.restart_backoff_base,
+            env.ctx.config.restart_backoff_max,
+            n,
+        )
+    };
+    let mut consecutive_failures: u32 = 0;
+    let mut pull_failures: u32 = 0;
+    let mut first = true;
+    loop {
+        let info = match crate::container::ensure_image(&rt, &image, policy).await {
+            Ok(info) => {
+                if pull_failures > 0 || first {
+                    pod_event(
+                        &env,
+                        &container.name,
+                        false,
+                        "Pulled",
+                        &format!("Container image {image:?} is present ({policy})"),
+                    )
+                    .await;
+                }
+                pull_failures = 0;
+                info
+            }
+            Err(p) => {
+                pod_event(&env, &container.name, true, "Failed", &p.message).await;
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting(p.reason, Some(p.message.clone()))
+                });
+                if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
+                    return None;
+                }
+                let delay = backoff(pull_failures);
+                pull_failures += 1;
+                let msg = format!("Back-off pulling image {image:?}: {}", p.message);
+                pod_event(&env, &container.name, true, "BackOff", &msg).await;
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting("ImagePullBackOff", Some(msg))
+                });
+                if wait_or_cancel(&env.cancel, delay).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let refs = match fetch_refs(&env.ctx, &env.facts.namespace, &container).await {
+            Ok(r) => r,
+            Err(msg) => {
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting("CreateContainerConfigError", Some(msg))
+                });
+                if wait_or_cancel(&env.cancel, Duration::from_secs(2)).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let mut mounts: Vec<Mount> = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter_map(|m| {
+                let base = env.volumes.get(&m.name)?;
+                let host_path = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                    Some(sub) => base.join(sub),
+                    None => base.clone(),
+                };
+                Some(Mount {
+                    container_path: m.mount_path.clone(),
+                    host_path,
+                    read_only: m.read_only == Some(true) || env.read_only_volumes.contains(&m.name),
+                })
+            })
+            .collect();
+        if let Some(dir) = &env.service_account_dir
+            && !mounts.iter().any(|m| {
+                m.container_path.trim_end_matches('/') == crate::service_account::MOUNT_PATH
+            })
+        {
+            mounts.push(Mount {
+                container_path: crate::service_account::MOUNT_PATH.to_string(),
+                host_path: dir.clone(),
+                read_only: true,
+            });
+        }
+        let input = crate::container::CreateInput {
+            name: &name,
+            image: &image,
+            image_info: &info,
+            container: &container,
+            pod_security: env.pod_security.as_ref(),
+            facts: &env.facts,
+            refs: &refs,
+            mounts: &mounts,
+            extra_env: &env.ctx.config.extra_env,
+            api_server: api_server.clone(),
+            grace: env.grace,
+            state_dir: &state_dir,
+        };
+        let created = match crate::container::create_spec(&input) {
+            Ok(spec) => {
+                // A former instance of this container (or of a runner that died) goes first.
+                crate::container::remove(&rt, &name).await;
+                crate::container::create(&rt, &spec).await
+            }
+            Err(p) => Err(p),
+        };
+        let id = match created {
+            Ok(id) => id,
+            Err(p) => {
+                pod_event(
+                    &env,
+                    &container.name,
+                    true,
+                    "Failed",
+                    &format!("Error: {}", p.message),
+                )
+                .await;
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting(p.reason, Some(p.message))
+                });
+                let delay = backoff(consecutive_failures).max(Duration::from_secs(2));
+                consecutive_failures += 1;
+                if wait_or_cancel(&env.cancel, delay).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        let log_path = env.logs_dir.join(format!("{}.log", container.name));
+        if !first {
+            rotate_log(&log_path).await;
+        }
+        let sink = match LogSink::open(&log_path).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "opening container log failed");
+                crate::container::remove(&rt, &name).await;
+                if wait_or_cancel(&env.cancel, Duration::from_secs(2)).await {
+                    return None;
+                }
+                continue;
+            }
+        };
+        if !first {
+            env.rep.update(kind, idx, |c| c.restart_count += 1);
+        }
+        first = false;
+        // The podman client stays attached: its output is the container's log, its exit the
+        // container's exit.
+        let attach = ProcessSpec {
+            program: rt.podman.clone(),
+            args: vec!["start".into(), "--attach".into(), name.clone()],
+            env: std::env::vars()
+                .filter(|(k, _)| {
+                    matches!(
+                        k.as_str(),
+                        "PATH" | "HOME" | "XDG_RUNTIME_DIR" | "CONTAINERS_CONF"
+                    )
+                })
+                .collect(),
+            working_dir: None,
+            // `kubectl attach -i` reaches processes only: podman start --attach gets no stdin.
+            stdin: false,
+            exec_prefix: vec![
+                rt.podman.clone(),
+                "exec".into(),
+                "--interactive".into(),
+                name.clone(),
+            ],
+        };
+        let cwd = env.pod_dir.join("home");
+        let image_id = format!("{image}@{}", info.id);
+        let started_at = Timestamp::now();
+        let began = Instant::now();
+        let outcome = match spawn(&attach, &cwd, &sink).await {
+            Ok(running) => {
+                run_instance(
+                    &env,
+                    kind,
+                    idx,
+                    &container,
+                    &attach,
+                    &cwd,
+                    running,
+                    started_at,
+                    image_id,
+                    Some((&rt, &name, id)),
+                )
+                .await
+            }
+            Err(e) => {
+                crate::container::remove(&rt, &name).await;
+                sink.note(&format!("devcluster: {e}")).await;
+                Some(RunState::Terminated {
+                    exit_code: 128,
+                    signal: None,
+                    reason: "StartError".into(),
+                    message: Some(e.to_string()),
+                    started_at: None,
+                    finished_at: Timestamp::now(),
+                    container_id: None,
+                })
+            }
+        };
+        let terminated = outcome?;
+        let code = match &terminated {
+            RunState::Terminated { exit_code, .. } => *exit_code,
+            _ => 255,
+        };
+        if !restart(code) {
+            env.rep.update(kind, idx, |c| {
+                c.state = terminated;
+                c.ready = false;
+            });
+            return Some(code);
+        }
+        if began.elapsed() > env.ctx.config.restart_backoff_max * 2 {
+            consecutive_failures = 0;
+        }
+        let delay = backoff(consecutive_failures);
+        consecutive_failures += 1;
+        let msg = format!(
+            "back-off {:?} restarting failed container={} pod={}",
+            delay, container.name, env.facts.name
+        );
+        pod_event(&env, &container.name, true, "BackOff", &msg).await;
+        env.rep.update(kind, idx, |c| {
+            c.last_state = Some(terminated);
+            c.state = RunState::waiting("CrashLoopBackOff", Some(msg));
+            c.ready = false;
+        });
+        if wait_or_cancel(&env.cancel, delay).await {
+            return None;
+        }
+    }
+}
+
+/// Host and port of `https://HOST:PORT`, for `KUBERNETES_SERVICE_HOST/PORT`.
+fn api_host_port(server: &str) -> Option<(String, u16)> {
+    let rest = server
+        .strip_prefix("https://")
+        .or_else(|| server.strip_prefix("http://"))?;
+    let authority = rest.split('/').next()?;
+    let (host, port) = authority.rsplit_once(':')?;
+    Some((
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        port.parse().ok()?,
+    ))
+}
+
+/// An Event about one of the pod's containers, as the kubelet writes them.
+async fn pod_event(env: &PodEnv, container: &str, warning: bool, reason: &str, message: &str) {
+    use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    let now = Time(Timestamp::now());
+    let ns = env.facts.namespace.clone();
+    let ev = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", env.facts.name)),
+            namespace: Some(ns.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(env.facts.name.clone()),
+            namespace: Some(ns.clone()),
+            uid: Some(env.facts.uid.clone()),
+            field_path: Some(format!("spec.containers{{{container}}}")),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        source: Some(EventSource {
+            component: Some("kubelet".into()),
+            host: Some(crate::NODE_NAME.into()),
+        }),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    };
+    let api: Api<Event> = Api::namespaced(env.ctx.client.clone(), &ns);
+    if let Err(e) = api.create(&kube::api::PostParams::default(), &ev).await {
+        tracing::debug!(error = %e, "pod event not written");
+    }
+}
+
 /// Runs a started instance until it exits, fails liveness, or the pod stops.
 /// Returns the Terminated state, or None when the pod was stopped.
 #[allow(clippy::too_many_arguments)]
@@ -689,8 +1028,12 @@ async fn run_instance(
     mut running: Running,
     started_at: Timestamp,
     image_id: String,
+    podman: Option<(&ContainerRuntime, &str, String)>,
 ) -> Option<RunState> {
-    let container_id = running.pid().map(|p| format!("devcluster://{p}"));
+    let container_id = match &podman {
+        Some((_, _, id)) => Some(format!("podman://{id}")),
+        None => running.pid().map(|p| format!("devcluster://{p}")),
+    };
     let has_startup = container.startup_probe.is_some() && kind == Kind::Main;
     let needs_ready_check = kind == Kind::Main
         && (container.readiness_probe.is_some()
@@ -715,6 +1058,7 @@ async fn run_instance(
                 .take_stdin()
                 .map(|s| std::sync::Arc::new(tokio::sync::Mutex::new(Some(s)))),
             stdin_once: container.stdin_once == Some(true),
+            argv_prefix: spec.exec_prefix.clone(),
         },
     );
     let live_fail = Arc::new(Notify::new());
@@ -753,23 +1097,60 @@ async fn run_instance(
                 // Give endpoints and proxies a moment to stop routing here.
                 tokio::time::sleep(env.ctx.config.termination_drain).await;
             }
-            let st = running.stop(env.grace).await;
+            let st = match &podman {
+                Some((rt, name, _)) => {
+                    // podman stop signals the container; `podman start --attach` then ends.
+                    crate::container::stop(rt, name, env.grace).await;
+                    running.stop(Duration::from_secs(5)).await
+                }
+                None => running.stop(env.grace).await,
+            };
             (
                 st,
                 (!cancelled).then_some("container killed after failing its liveness probe"),
             )
         }
     };
+    let exited_as = match &podman {
+        Some((rt, name, _)) => {
+            let state = crate::container::exit_state(rt, name).await;
+            crate::container::remove(rt, name).await;
+            state
+        }
+        None => None,
+    };
     if cancelled {
         return None;
     }
-    let (exit_code, signal) = exit_code_of(&status);
-    let reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let (mut exit_code, signal) = exit_code_of(&status);
+    let mut reason = if exit_code == 0 { "Completed" } else { "Error" };
+    let mut message = reason_override.map(str::to_string);
+    if let Some(state) = exited_as {
+        exit_code = state.exit_code;
+        reason = if exit_code == 0 { "Completed" } else { "Error" };
+        if state.oom_killed {
+            reason = "OOMKilled";
+        } else if !state.started || !state.error.is_empty() {
+            // The runtime could not start the command (as a real kubelet reports it).
+            reason = "StartError";
+            exit_code = 128;
+            // podman's own message (its last `Error:` line in the log) says why.
+            let log = env.logs_dir.join(format!("{}.log", container.name));
+            let text = tokio::fs::read_to_string(&log).await.unwrap_or_default();
+            message = Some(
+                text.lines()
+                    .rev()
+                    .find_map(|l| l.strip_prefix("Error: "))
+                    .map(str::to_string)
+                    .unwrap_or(state.error),
+            );
+        }
+    }
     Some(RunState::Terminated {
         exit_code,
         signal,
         reason: reason.to_string(),
-        message: reason_override.map(str::to_string),
+        message,
         started_at: Some(started_at),
         finished_at: Timestamp::now(),
         container_id,
@@ -1070,7 +1451,15 @@ async fn prepare_volumes(
                     )?;
                 }
             }
-        } else if v.empty_dir.is_none() {
+        } else if v.empty_dir.is_some() {
+            if matches!(ctx.config.pods, PodRuntime::Container(_)) {
+                // As the kubelet makes it: writable by whatever user the image runs as.
+                use std::os::unix::fs::PermissionsExt;
+                tokio::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                    .await
+                    .map_err(|e| format!("{}: {e}", dir.display()))?;
+            }
+        } else {
             tracing::warn!(volume = %v.name, "volume type not supported by devcluster; using an empty folder");
         }
         out.insert(v.name.clone(), dir);

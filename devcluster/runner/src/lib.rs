@@ -1,10 +1,11 @@
 //! devcluster pod runner.
 //!
 //! Makes the workload objects stored in a Kubernetes API server run on this
-//! machine without containers: a Deployment controller (Pods directly, no
+//! machine: a Deployment controller (Pods directly, no
 //! ReplicaSets), Job and CronJob controllers, an Endpoints/EndpointSlice
 //! controller, and a "kubelet" that runs each Pod's containers as local
-//! processes chosen by an image map. It talks to the API server only through
+//! processes chosen by an image map, or (container mode, [`PodRuntime::Container`]) from
+//! their images with podman. It talks to the API server only through
 //! `kube::Client`. For local development and tests, never production.
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 
+pub mod container;
 pub mod cronjob;
 mod ctx;
 pub mod deployment;
@@ -45,6 +47,7 @@ pub mod spec;
 pub mod usage;
 pub mod util;
 
+pub use container::{ContainerRuntime, PodRuntime};
 pub use error::{Error, Result};
 pub use image_map::{ImageEntry, ImageMap};
 pub use running::{ContainerStdin, RunningContainers, RunningProcess};
@@ -92,6 +95,8 @@ pub struct RunnerConfig {
     pub usage: usage::UsageSampler,
     /// How often `usage` is sampled.
     pub metric_resolution: Duration,
+    /// Whether pods run as local processes (image map) or from their images with podman.
+    pub pods: PodRuntime,
 }
 
 impl Default for RunnerConfig {
@@ -113,6 +118,7 @@ impl Default for RunnerConfig {
             hpa_sync_period: Duration::from_secs(15),
             usage: usage::UsageSampler::default(),
             metric_resolution: usage::DEFAULT_RESOLUTION,
+            pods: PodRuntime::Process,
         }
     }
 }
@@ -135,6 +141,9 @@ impl Runner {
                     path: dir.clone(),
                     source,
                 })?;
+        }
+        if let PodRuntime::Container(rt) = &config.pods {
+            container::remove_leftovers(rt, &config.work_dir.to_string_lossy()).await;
         }
         let wakers = Arc::new(ctx::Wakers::default());
         let watchers = CancellationToken::new();

@@ -95,16 +95,28 @@ pub async fn probe_once(
             let Some((program, args)) = argv.split_first() else {
                 return Err("exec probe without command".into());
             };
-            let mut cmd = tokio::process::Command::new(program);
-            cmd.args(args)
-                .current_dir(cwd)
+            let prefix = exec_env.and_then(|s| s.exec_prefix.split_first());
+            let mut cmd = match prefix {
+                // A container: the command runs inside it, with its own env.
+                Some((runner, runner_args)) => {
+                    let mut cmd = tokio::process::Command::new(runner);
+                    cmd.args(runner_args).arg(program).args(args);
+                    cmd
+                }
+                None => {
+                    let mut cmd = tokio::process::Command::new(program);
+                    cmd.args(args);
+                    if let Some(spec) = exec_env {
+                        cmd.env_clear().envs(&spec.env);
+                    }
+                    cmd
+                }
+            };
+            cmd.current_dir(cwd)
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .kill_on_drop(true);
-            if let Some(spec) = exec_env {
-                cmd.env_clear().envs(&spec.env);
-            }
             let status = cmd
                 .status()
                 .await

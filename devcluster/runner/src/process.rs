@@ -325,6 +325,7 @@ mod tests {
                 std::env::var("PATH").unwrap_or_default(),
             )]),
             working_dir: None,
+            exec_prefix: Vec::new(),
         }
     }
 
@@ -490,6 +491,7 @@ mod sigkill_helper {
             )]
             .into(),
             working_dir: None,
+            exec_prefix: Vec::new(),
         };
         let r = spawn(&spec, &dir, &log).await.unwrap();
         std::fs::write(dir.join("main.pid"), r.pid().unwrap().to_string()).unwrap();

@@ -20,6 +20,8 @@ pub struct RunningProcess {
     pub stdin: Option<ContainerStdin>,
     /// `stdinOnce`: the first attach session that closes stdin closes it for good.
     pub stdin_once: bool,
+    /// Runs a command inside the container (`podman exec NAME`); empty for a process.
+    pub argv_prefix: Vec<String>,
 }
 
 impl PartialEq for RunningProcess {
@@ -34,6 +36,7 @@ impl PartialEq for RunningProcess {
             && self.pid == other.pid
             && same_stdin
             && self.stdin_once == other.stdin_once
+            && self.argv_prefix == other.argv_prefix
     }
 }
 
@@ -107,6 +110,7 @@ mod tests {
             pid: Some(1),
             stdin: None,
             stdin_once: false,
+            argv_prefix: Vec::new(),
         };
         let guard = reg.register("ns", "pod", "main", p.clone());
         assert_eq!(reg.clone().get("ns", "pod", "main"), Some(p));

@@ -135,6 +135,9 @@ pub struct ProcessSpec {
     pub working_dir: Option<String>,
     /// `stdin: true`: the process gets a pipe that `kubectl attach -i` writes to.
     pub stdin: bool,
+    /// For a container: the command that runs an exec probe's command inside it
+    /// (`podman exec NAME`); empty for a process, whose probes run on the host with its env.
+    pub exec_prefix: Vec<String>,
 }
 
 /// Why a container cannot be started (status reason + message).
@@ -219,6 +222,7 @@ pub fn build_process(
         env,
         working_dir,
         stdin: container.stdin == Some(true),
+        exec_prefix: Vec::new(),
     })
 }
 

@@ -211,6 +211,7 @@ mod tests {
                 pid: Some(me),
                 stdin: None,
                 stdin_once: false,
+                argv_prefix: Vec::new(),
             },
         );
         let sampler = UsageSampler::default();

@@ -8,7 +8,7 @@ use devcluster::{DevCluster, Options};
 #[derive(Parser)]
 #[command(
     version,
-    about = "A local Kubernetes API server and process pod runner, for development and tests only"
+    about = "A local Kubernetes API server and pod runner (processes or podman containers), for development and tests only"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -49,9 +49,22 @@ struct UpArgs {
         default_value_t = 15
     )]
     hpa_sync_period: u64,
+    /// How pods run: `process` (local programs chosen by the image map) or `container` (their
+    /// real images, with podman; see docs/devcluster.md "Container mode").
+    #[arg(long, env = "DEVCLUSTER_PODS", value_enum, default_value_t = PodsMode::Process)]
+    pods: PodsMode,
+    /// The podman program container mode runs.
+    #[arg(long, env = "DEVCLUSTER_PODMAN", default_value = "podman")]
+    podman: String,
     /// Log filter (RUST_LOG syntax).
     #[arg(long, env = "DEVCLUSTER_LOG", default_value = "info")]
     log: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PodsMode {
+    Process,
+    Container,
 }
 
 #[tokio::main]
@@ -67,6 +80,8 @@ async fn main() -> ExitCode {
         images,
         no_runner,
         hpa_sync_period,
+        pods,
+        podman,
         log,
     } = args;
     tracing_subscriber::fmt()
@@ -90,6 +105,12 @@ async fn main() -> ExitCode {
             Some(images.unwrap_or_else(devcluster::repo_images_dir))
         },
         hpa_sync_period: std::time::Duration::from_secs(hpa_sync_period.max(1)),
+        pods: match pods {
+            PodsMode::Process => devcluster::PodRuntime::Process,
+            PodsMode::Container => {
+                devcluster::PodRuntime::Container(devcluster::ContainerRuntime { podman })
+            }
+        },
     };
     let cluster = match DevCluster::start(options).await {
         Ok(c) => c,
