@@ -327,10 +327,10 @@ async fn consume_from_mid_batch(broker: &Broker, topic: &str) {
     }
 }
 
-/// librdkafka alone against tansu, the flow control the trigger uses: partition 0 read from the
-/// start, paused after every 2,000 records and resumed after 50 ms of polls; read for at most
-/// 20 s. The same run with the trigger pausing (`KT_BENCH_MAX_QUEUED=2000`) shows the trigger's
-/// own stall beside this baseline.
+/// librdkafka alone against tansu with pause/resume, the flow control the trigger used until it
+/// moved to per-partition queues: partition 0 read from the start, paused after every 2,000
+/// records and resumed after 50 ms of polls; read for at most 20 s. Kept as a baseline for the
+/// trigger run with a small `KT_BENCH_MAX_QUEUED` (which used to stall at about 35 records/s).
 fn consume_with_pauses(broker: &Broker, topic: &str) {
     use rdkafka::consumer::BaseConsumer;
     let per_partition = N / PARTITIONS as usize;
@@ -427,11 +427,8 @@ fn main() {
 
         let mut settings = settings(&broker, Ordering::Partition);
         settings.max_in_flight = 256;
-        // Records buffered per partition before pausing it. The bench keeps the whole backlog
-        // unpaused: tansu serves fetches that start inside a produced batch (what a resume does)
-        // one small fetch per fetch.wait.max.ms, which measures tansu, not the trigger (see
-        // docs/kafka-trigger.md). KT_BENCH_MAX_QUEUED=2000 shows it.
-        settings.tuning.max_queued = 1_000_000;
+        // Records waiting per partition before it is no longer read: the service's default
+        // unless KT_BENCH_MAX_QUEUED says otherwise (a small value exercises the flow control).
         if let Some(q) = std::env::var("KT_BENCH_MAX_QUEUED").ok().and_then(|v| v.parse().ok()) {
             settings.tuning.max_queued = q;
         }

@@ -13,16 +13,23 @@
 //! prefix is committed: every `commit_interval` (async), and synchronously when partitions
 //! are revoked (after draining) and when the consumer stops.
 //!
-//! Flow control: a partition with more than `max_queued` records waiting is paused and resumed
-//! below half of that, so a slow or failing partition neither grows memory nor blocks others.
+//! Flow control: every assigned partition gets its own librdkafka queue
+//! (`rd_kafka_queue_get_partition`), polled by the same thread. A partition with `max_queued`
+//! records waiting in its lanes is not polled until they fall to half of that; librdkafka then
+//! stops fetching it once its queue holds `queued.min.messages` (set to `max_queued`), so a slow
+//! or failing partition neither grows memory nor blocks the others. Nothing is paused, so
+//! nothing prefetched is thrown away and fetched again: that refetch, from the middle of a
+//! batch, is what stalled the pause/resume flow control this replaced (see docs/kafka-trigger.md).
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, base_consumer::PartitionQueue,
+};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -41,7 +48,8 @@ use crate::record::Record;
 pub struct Tuning {
     /// Lanes per partition for `key` and `none` ordering.
     pub lanes: usize,
-    /// Records waiting per partition before it is paused.
+    /// Records waiting per partition before it is no longer polled (and, through
+    /// `queued.min.messages`, librdkafka's prefetch per partition).
     pub max_queued: usize,
     /// How long a revoke or stop waits for in-flight calls before abandoning them (they are
     /// then redelivered by the next owner).
@@ -55,7 +63,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Self {
             lanes: 32,
-            max_queued: 10_000,
+            max_queued: 2_000,
             drain_timeout: Duration::from_secs(30),
             commit_interval: Duration::from_millis(500),
             lag_interval: Duration::from_secs(5),
@@ -155,11 +163,15 @@ impl ConsumerHandle {
 }
 
 struct PartitionWork {
+    /// The partition's own librdkafka queue (split at assignment). `None` for records that
+    /// reached the consumer queue before the split, which are routed all the same.
+    queue: Option<PartitionQueue<GroupContext>>,
     lanes: Vec<mpsc::UnboundedSender<Record>>,
     tasks: Vec<JoinHandle<()>>,
     tracker: Arc<Mutex<OffsetTracker>>,
     queued: Arc<AtomicUsize>,
-    paused: bool,
+    /// `max_queued` records were waiting: not polled until they fall to half.
+    full: bool,
     /// Stop starting records (revoke / stop).
     revoked: CancellationToken,
     /// Cancel calls in flight (drain timeout passed).
@@ -172,6 +184,38 @@ struct GroupState {
     shared: Arc<Shared>,
     metrics: ConsumerMetrics,
     parts: Mutex<HashMap<i32, PartitionWork>>,
+    /// Wakes the poll thread: a queue became non-empty, or a full partition has room again.
+    wake: Wake,
+    /// The consumer, for splitting partition queues at assignment (weak: the consumer holds
+    /// this state through its context).
+    consumer: OnceLock<Weak<BaseConsumer<GroupContext>>>,
+    last_poll_error: Mutex<Option<Instant>>,
+}
+
+/// A flag and a condition variable: `notify` from any thread (librdkafka's included), `wait` on
+/// the poll thread. A notification before the wait is not lost.
+#[derive(Default)]
+struct Wake {
+    flag: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Wake {
+    fn notify(&self) {
+        *lock(&self.flag) = true;
+        self.cv.notify_one();
+    }
+
+    fn wait(&self, timeout: Duration) {
+        let mut woken = lock(&self.flag);
+        if !*woken {
+            woken = match self.cv.wait_timeout(woken, timeout) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
+        *woken = false;
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -218,9 +262,16 @@ impl ConsumerContext for GroupContext {
 
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            let parts: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
+            let parts: Vec<i32> = tpl
+                .elements_for_topic(&self.state.spec.topic)
+                .iter()
+                .map(|e| e.partition())
+                .collect();
             tracing::info!(group = %self.state.spec.group, ?parts, "partitions assigned");
             self.state.metrics.assigned.inc();
+            // Split right after the assignment, before the first fetch answers, so the
+            // partition's records come through its own queue.
+            self.state.split_queues(&parts);
         }
     }
 
@@ -264,24 +315,55 @@ impl GroupState {
             )));
         }
         PartitionWork {
+            queue: None,
             lanes: senders,
             tasks,
             tracker,
             queued,
-            paused: false,
+            full: false,
             revoked,
             abort,
             next_lane: 0,
         }
     }
 
-    /// Hands a record to its lane. Returns whether the partition should be paused.
-    fn dispatch(self: &Arc<Self>, record: Record) -> Option<i32> {
+    /// Gives each newly assigned partition its own queue, woken into the poll thread.
+    fn split_queues(self: &Arc<Self>, partitions: &[i32]) {
+        let Some(consumer) = self.consumer.get().and_then(Weak::upgrade) else {
+            return;
+        };
         let mut parts = lock(&self.parts);
-        let p = record.partition;
-        let w = parts.entry(p).or_insert_with(|| self.start_partition(p));
+        for &p in partitions {
+            let Some(mut queue) = consumer.split_partition_queue(&self.spec.topic, p) else {
+                tracing::warn!(group = %self.spec.group, partition = p, "no queue for the partition; its records come through the consumer queue");
+                continue;
+            };
+            let state = Arc::downgrade(self);
+            queue.set_nonempty_callback(move || {
+                if let Some(s) = state.upgrade() {
+                    s.wake.notify();
+                }
+            });
+            let w = parts.entry(p).or_insert_with(|| self.start_partition(p));
+            w.queue = Some(queue);
+        }
+    }
+
+    /// Hands a record that came through the consumer queue to its lane.
+    fn dispatch(self: &Arc<Self>, record: Record) {
+        let mut parts = lock(&self.parts);
+        let w = parts
+            .entry(record.partition)
+            .or_insert_with(|| self.start_partition(record.partition));
+        if self.route(w, record) {
+            w.full = true;
+        }
+    }
+
+    /// Hands a record to its lane. Returns whether the partition is now full.
+    fn route(&self, w: &mut PartitionWork, record: Record) -> bool {
         if !lock(&w.tracker).received(record.offset) {
-            return None;
+            return false;
         }
         let n = w.lanes.len();
         let lane = match (self.spec.ordering, &record.key) {
@@ -301,25 +383,59 @@ impl GroupState {
             // The lane ended (revoked); the record stays undone and is redelivered later.
             w.queued.fetch_sub(1, AtomicOrdering::AcqRel);
         }
-        if queued >= self.shared.tuning.max_queued && !w.paused {
-            w.paused = true;
-            return Some(p);
-        }
-        None
+        queued >= self.shared.tuning.max_queued
     }
 
-    /// Partitions that were paused and have room again (marked resumed).
-    fn resumable(&self) -> Vec<i32> {
+    /// Takes up to `budget` records from each partition queue that has room. Returns whether
+    /// it took any.
+    fn poll_partitions(&self, budget: usize) -> bool {
         let low = self.shared.tuning.max_queued / 2;
+        let mut took = false;
         let mut parts = lock(&self.parts);
-        parts
-            .iter_mut()
-            .filter(|(_, w)| w.paused && w.queued.load(AtomicOrdering::Acquire) <= low)
-            .map(|(p, w)| {
-                w.paused = false;
-                *p
-            })
-            .collect()
+        for w in parts.values_mut() {
+            if w.full {
+                if w.queued.load(AtomicOrdering::Acquire) > low {
+                    continue;
+                }
+                w.full = false;
+            }
+            for _ in 0..budget {
+                let Some(queue) = &w.queue else { break };
+                let record = match queue.poll(Duration::ZERO) {
+                    Some(Ok(m)) => Record::from_message(&m),
+                    Some(Err(e)) => {
+                        self.poll_error(&e);
+                        break;
+                    }
+                    None => break,
+                };
+                took = true;
+                if self.route(w, record) {
+                    w.full = true;
+                    break;
+                }
+            }
+        }
+        took
+    }
+
+    /// Logs a poll error (at most once in 10 s) and marks the broker unavailable when the
+    /// error says so.
+    fn poll_error(&self, e: &KafkaError) {
+        {
+            let mut last = lock(&self.last_poll_error);
+            if last.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                tracing::warn!(group = %self.spec.group, error = %e, "consumer error");
+                *last = Some(Instant::now());
+            }
+        }
+        if let KafkaError::MessageConsumption(code) = e {
+            set_health(
+                &self.shared.health,
+                &self.spec.group,
+                Health::Unavailable(format!("{code:?}")),
+            );
+        }
     }
 
     /// Offsets to commit now (those that moved).
@@ -489,22 +605,27 @@ async fn lane(
             .latency
             .observe(started.elapsed().as_secs_f64());
         lock(&tracker).done(record.offset);
-        queued.fetch_sub(1, AtomicOrdering::AcqRel);
+        let before = queued.fetch_sub(1, AtomicOrdering::AcqRel);
+        if before == shared.tuning.max_queued / 2 + 1 {
+            // Down to half: a full partition is polled again.
+            state.wake.notify();
+        }
     }
-}
-
-fn tpl_of(topic: &str, partition: i32) -> TopicPartitionList {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, partition);
-    tpl
 }
 
 /// Starts the consumer of `spec` on its own thread.
 pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, ConsumerError> {
-    let config = shared
+    let mut config = shared
         .brokers
         .consumer_config(&spec.group)
         .map_err(ConsumerError::Config)?;
+    if config.get("queued.min.messages").is_none() {
+        // librdkafka's prefetch per partition queue: as many records as the lanes may hold.
+        config.set(
+            "queued.min.messages",
+            shared.tuning.max_queued.clamp(1, 10_000_000).to_string(),
+        );
+    }
     let metrics =
         shared
             .metrics
@@ -514,12 +635,24 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
         shared: Arc::clone(&shared),
         metrics,
         parts: Mutex::new(HashMap::new()),
+        wake: Wake::default(),
+        consumer: OnceLock::new(),
+        last_poll_error: Mutex::new(None),
     });
-    let consumer: BaseConsumer<GroupContext> = config
+    let mut consumer: BaseConsumer<GroupContext> = config
         .create_with_context(GroupContext {
             state: Arc::clone(&state),
         })
         .map_err(ConsumerError::Create)?;
+    // Rebalances, commit results and errors arrive on the consumer queue: wake for them too.
+    let woken = Arc::downgrade(&state);
+    consumer.set_nonempty_callback(move || {
+        if let Some(s) = woken.upgrade() {
+            s.wake.notify();
+        }
+    });
+    let consumer = Arc::new(consumer);
+    let _ = state.consumer.set(Arc::downgrade(&consumer));
     consumer
         .subscribe(&[&spec.topic])
         .map_err(|source| ConsumerError::Subscribe {
@@ -553,6 +686,11 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
     })
 }
 
+/// Records taken from one queue before the loop moves on (fairness between partitions).
+const POLL_BUDGET: usize = 512;
+/// Longest sleep of an idle poll thread (commits and lag checks are due on time).
+const IDLE_WAIT: Duration = Duration::from_millis(50);
+
 fn poll_loop(
     consumer: &BaseConsumer<GroupContext>,
     state: &Arc<GroupState>,
@@ -560,62 +698,45 @@ fn poll_loop(
     drained: &CancellationToken,
 ) {
     let tuning = state.shared.tuning.clone();
-    let topic = state.spec.topic.clone();
     let mut last_commit = Instant::now();
     // First health check right away.
     let mut last_lag = Instant::now()
         .checked_sub(tuning.lag_interval)
         .unwrap_or_else(Instant::now);
-    let mut last_poll_error: Option<Instant> = None;
     while !stop.is_cancelled() {
-        match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(m)) => {
-                let record = Record::from_message(&m);
-                drop(m);
-                if let Some(p) = state.dispatch(record) {
-                    tracing::debug!(group = %state.spec.group, partition = p, "partition paused: too many records waiting");
-                    if let Err(e) = consumer.pause(&tpl_of(&topic, p)) {
-                        tracing::warn!(group = %state.spec.group, partition = p, error = %e, "pausing failed");
-                    }
+        // The consumer queue first: rebalances and commit results are served here, and any
+        // record that arrived before its partition's queue was split is older than that
+        // queue's records, so it is routed first.
+        let mut busy = false;
+        for _ in 0..POLL_BUDGET {
+            match consumer.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    let record = Record::from_message(&m);
+                    drop(m);
+                    state.dispatch(record);
+                    busy = true;
                 }
-            }
-            Some(Err(e)) => {
-                if last_poll_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    tracing::warn!(group = %state.spec.group, error = %e, "consumer error");
-                    last_poll_error = Some(Instant::now());
+                Some(Err(e)) => {
+                    state.poll_error(&e);
+                    break;
                 }
-                if let KafkaError::MessageConsumption(code) = &e {
-                    set_health(
-                        &state.shared.health,
-                        &state.spec.group,
-                        Health::Unavailable(format!("{code:?}")),
-                    );
-                }
-            }
-            None => {}
-        }
-        for p in state.resumable() {
-            tracing::debug!(group = %state.spec.group, partition = p, "partition resumed");
-            if let Err(e) = consumer.resume(&tpl_of(&topic, p)) {
-                tracing::warn!(group = %state.spec.group, partition = p, error = %e, "resuming failed");
+                None => break,
             }
         }
+        busy |= state.poll_partitions(POLL_BUDGET);
         if last_commit.elapsed() >= tuning.commit_interval {
             last_commit = Instant::now();
             let tpl = state.pending_commits();
             if tpl.count() > 0
                 && let Err(e) = consumer.commit(&tpl, CommitMode::Async)
             {
-                {
-                    state.metrics.commit_failures.inc();
-                    tracing::warn!(group = %state.spec.group, error = %e, "commit request failed");
-                    let parts = lock(&state.parts);
-                    for el in tpl.elements() {
-                        if let (Some(w), Offset::Offset(o)) =
-                            (parts.get(&el.partition()), el.offset())
-                        {
-                            lock(&w.tracker).commit_failed(o);
-                        }
+                state.metrics.commit_failures.inc();
+                tracing::warn!(group = %state.spec.group, error = %e, "commit request failed");
+                let parts = lock(&state.parts);
+                for el in tpl.elements() {
+                    if let (Some(w), Offset::Offset(o)) = (parts.get(&el.partition()), el.offset())
+                    {
+                        lock(&w.tracker).commit_failed(o);
                     }
                 }
             }
@@ -623,6 +744,9 @@ fn poll_loop(
         if last_lag.elapsed() >= tuning.lag_interval {
             last_lag = Instant::now();
             state.update_lag_and_health(consumer);
+        }
+        if !busy {
+            state.wake.wait(IDLE_WAIT);
         }
     }
     let all: Vec<i32> = lock(&state.parts).keys().copied().collect();

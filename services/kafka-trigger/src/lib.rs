@@ -83,7 +83,7 @@ pub struct TriggerArgs {
     #[arg(long, env = "KAFKA_PARTITION_LANES", default_value_t = 32)]
     pub lanes: usize,
     /// Records waiting per partition before it is no longer read (also librdkafka's prefetch per partition).
-    #[arg(long, env = "KAFKA_MAX_QUEUED", default_value_t = 10_000)]
+    #[arg(long, env = "KAFKA_MAX_QUEUED", default_value_t = 2_000)]
     pub max_queued: usize,
     /// Seconds a rebalance or stop waits for in-flight calls before abandoning them.
     #[arg(long, env = "KAFKA_DRAIN_TIMEOUT_SECONDS", default_value_t = 30)]
