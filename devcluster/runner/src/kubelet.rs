@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::Ipv4Addr;
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -649,49 +650,24 @@ async fn supervise(
             }
             Err(e) => {
                 sink.note(&format!("devcluster: {e}")).await;
-                Some(RunState::Terminated {
-                    exit_code: 128,
-                    signal: None,
-                    reason: "StartError".into(),
-                    message: Some(e.to_string()),
-                    started_at: None,
-                    finished_at: Timestamp::now(),
-                    container_id: None,
-                })
+                Some(start_error(&e))
             }
         };
         let terminated = outcome?;
-        let code = match &terminated {
-            RunState::Terminated { exit_code, .. } => *exit_code,
-            _ => 255,
-        };
-        if !restart(code) {
-            env.rep.update(kind, idx, |c| {
-                c.state = terminated;
-                c.ready = false;
-            });
-            return Some(code);
-        }
-        if began.elapsed() > env.ctx.config.restart_backoff_max * 2 {
-            consecutive_failures = 0;
-        }
-        let delay = backoff_delay(
-            env.ctx.config.restart_backoff_base,
-            env.ctx.config.restart_backoff_max,
-            consecutive_failures,
-        );
-        consecutive_failures += 1;
-        let msg = format!(
-            "back-off {:?} restarting failed container={} pod={}",
-            delay, container.name, env.facts.name
-        );
-        env.rep.update(kind, idx, |c| {
-            c.last_state = Some(terminated);
-            c.state = RunState::waiting("CrashLoopBackOff", Some(msg));
-            c.ready = false;
-        });
-        if wait_or_cancel(&env.cancel, delay).await {
-            return None;
+        if let ControlFlow::Break(done) = after_exit(
+            &env,
+            kind,
+            idx,
+            &container.name,
+            terminated,
+            &restart,
+            began,
+            &mut consecutive_failures,
+            false,
+        )
+        .await
+        {
+            return done;
         }
     }
 }
@@ -917,48 +893,95 @@ async fn supervise_container(
             Err(e) => {
                 crate::container::remove(&rt, &name).await;
                 sink.note(&format!("devcluster: {e}")).await;
-                Some(RunState::Terminated {
-                    exit_code: 128,
-                    signal: None,
-                    reason: "StartError".into(),
-                    message: Some(e.to_string()),
-                    started_at: None,
-                    finished_at: Timestamp::now(),
-                    container_id: None,
-                })
+                Some(start_error(&e))
             }
         };
         let terminated = outcome?;
-        let code = match &terminated {
-            RunState::Terminated { exit_code, .. } => *exit_code,
-            _ => 255,
-        };
-        if !restart(code) {
-            env.rep.update(kind, idx, |c| {
-                c.state = terminated;
-                c.ready = false;
-            });
-            return Some(code);
-        }
-        if began.elapsed() > env.ctx.config.restart_backoff_max * 2 {
-            consecutive_failures = 0;
-        }
-        let delay = backoff(consecutive_failures);
-        consecutive_failures += 1;
-        let msg = format!(
-            "back-off {:?} restarting failed container={} pod={}",
-            delay, container.name, env.facts.name
-        );
-        pod_event(&env, &container.name, true, "BackOff", &msg).await;
-        env.rep.update(kind, idx, |c| {
-            c.last_state = Some(terminated);
-            c.state = RunState::waiting("CrashLoopBackOff", Some(msg));
-            c.ready = false;
-        });
-        if wait_or_cancel(&env.cancel, delay).await {
-            return None;
+        if let ControlFlow::Break(done) = after_exit(
+            &env,
+            kind,
+            idx,
+            &container.name,
+            terminated,
+            &restart,
+            began,
+            &mut consecutive_failures,
+            true,
+        )
+        .await
+        {
+            return done;
         }
     }
+}
+
+/// The state of a container whose process could not be started (`StartError`, exit 128).
+fn start_error(e: &dyn std::fmt::Display) -> RunState {
+    RunState::Terminated {
+        exit_code: 128,
+        signal: None,
+        reason: "StartError".into(),
+        message: Some(e.to_string()),
+        started_at: None,
+        finished_at: Timestamp::now(),
+        container_id: None,
+    }
+}
+
+/// What follows a container run that ended as `terminated`, in both pod runtimes. When
+/// `restart(exit code)` says no, the state is final and supervision ends with that code.
+/// Otherwise the container waits in `CrashLoopBackOff` (with a `BackOff` Event when `event`)
+/// for its backoff, counted from zero again after a run longer than twice the longest backoff;
+/// `Break(None)` when the pod is stopped meanwhile.
+#[allow(clippy::too_many_arguments)]
+async fn after_exit(
+    env: &PodEnv,
+    kind: Kind,
+    idx: usize,
+    container: &str,
+    terminated: RunState,
+    restart: &impl Fn(i32) -> bool,
+    began: Instant,
+    consecutive_failures: &mut u32,
+    event: bool,
+) -> ControlFlow<Option<i32>> {
+    let code = match &terminated {
+        RunState::Terminated { exit_code, .. } => *exit_code,
+        _ => 255,
+    };
+    if !restart(code) {
+        env.rep.update(kind, idx, |c| {
+            c.state = terminated;
+            c.ready = false;
+        });
+        return ControlFlow::Break(Some(code));
+    }
+    let config = &env.ctx.config;
+    if began.elapsed() > config.restart_backoff_max * 2 {
+        *consecutive_failures = 0;
+    }
+    let delay = backoff_delay(
+        config.restart_backoff_base,
+        config.restart_backoff_max,
+        *consecutive_failures,
+    );
+    *consecutive_failures += 1;
+    let msg = format!(
+        "back-off {delay:?} restarting failed container={container} pod={}",
+        env.facts.name
+    );
+    if event {
+        pod_event(env, container, true, "BackOff", &msg).await;
+    }
+    env.rep.update(kind, idx, |c| {
+        c.last_state = Some(terminated);
+        c.state = RunState::waiting("CrashLoopBackOff", Some(msg));
+        c.ready = false;
+    });
+    if wait_or_cancel(&env.cancel, delay).await {
+        return ControlFlow::Break(None);
+    }
+    ControlFlow::Continue(())
 }
 
 /// Host and port of `https://HOST:PORT`, for `KUBERNETES_SERVICE_HOST/PORT`.
