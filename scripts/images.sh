@@ -138,7 +138,7 @@ prepare_context() {
   fi
   mkdir -p "$ctx/bin" "$ctx/images" "$ctx/runtimes"
   for b in "${bins[@]}"; do
-    [ -x "$target/$b" ] || { echo "missing $target/$b: cargo build --profile image" >&2; exit 1; }
+    [ -x "$target/$b" ] || { echo "missing $target/$b: run scripts/images.sh build (cargo build --profile image) first" >&2; exit 1; }
     # cp only on change, so the build context (and every layer after it) stays cached.
     cmp -s "$target/$b" "$ctx/bin/$b" || cp "$target/$b" "$ctx/bin/$b"
   done

@@ -2,6 +2,11 @@
 """Lint and render the kubeless umbrella chart with the real Helm engine (helm-python-sdk).
 
 Usage: render.py OUT_DIR
+       render.py template NAME CHART [-n NS] [-f FILE] [--set K=V] [--set-string K=V] [--set-json K=J]
+
+The second form is `helm template` for a machine without the helm binary: it prints the chart's
+objects (not its CRDs, as `helm template` without --include-crds) rendered by the real Helm engine
+with those values, for `kubectl apply -f -`. docs/helm.md uses it.
 
 Writes OUT_DIR/<case>.yaml for every case below and OUT_DIR/crds.yaml with the chart's CRDs,
 then prints a JSON summary. The Rust test integration-tests/tests/helm_chart.rs runs this and
@@ -157,7 +162,19 @@ def render(values, name="kubeless", namespace="kubeless"):
     return [text for path, text in sorted(rendered.items()) if path.endswith((".yaml", ".yml")) and text.strip()]
 
 
+def template(args):
+    release, namespace, values = replay(shlex.join(["helm", "template", *args]))
+    try:
+        docs = render(values, name=release, namespace=namespace)
+    except helm_python.HelmError as e:
+        sys.exit(f"render.py template: {e}")
+    print("\n---\n".join(docs))
+
+
 def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "template":
+        template(sys.argv[2:])
+        return
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     out = pathlib.Path(sys.argv[1])

@@ -31,3 +31,4 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml::
     Ok(docs)
 }
 pub mod faults;
+pub mod images;

@@ -2,17 +2,25 @@
 //! engine (helm-python-sdk), its ServiceAccounts, Roles, ClusterRoles, bindings, ConfigMaps,
 //! Services and Deployments applied to devcluster, which runs each Deployment as a pod with a
 //! token for the chart's ServiceAccount and enforces RBAC and PodSecurity `restricted` in the
-//! release and function namespaces. A Python function is deployed through the Function API and
-//! gets one event through each trigger: HTTP (the built-in gateway), cron (scheduler mode),
-//! NATS, Kafka (tansu) and Kinesis (moto). The test fails if a service log mentions
-//! "forbidden". Uses the binaries `cargo build --workspace --bins` left in this test's target
-//! dir (scripts/test.sh builds them first) and the brokers .ci/run installs.
+//! release and function namespaces. A Python and a Node.js function are deployed with the
+//! `kubeless` CLI; the Python one gets one event through each trigger: HTTP (the built-in
+//! gateway), cron (scheduler mode), NATS, Kafka (tansu) and Kinesis (moto). The test fails if a
+//! service log mentions "forbidden". Uses the binaries `cargo build --workspace --bins` left in
+//! this test's target dir (scripts/test.sh builds them first) and the brokers .ci/run installs.
+//!
+//! `every_service_runs_from_its_image_in_container_mode` does the same with every service and
+//! runtime from its image: built by scripts/images.sh (buildah), pushed to Debian's
+//! docker-registry on loopback, the chart rendered with `global.imageRegistry` pointing there
+//! and devcluster running pods with podman (container mode). It prints each service's idle
+//! memory from the metrics API (`kubectl top`) in both modes.
 #![cfg(test)]
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use integration_tests::images::{Registry, images_sh, podman_unusable};
 use integration_tests::{repo_root, target_debug_dir, yaml_documents};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
@@ -44,33 +52,26 @@ module.exports = {
 };
 "#;
 
-/// Every subchart on, pointed at the test's brokers. The chart binds the admin port (and the
-/// gateway) to 0.0.0.0; devcluster pods share the machine's ports, so each service binds its
-/// pod's address instead (a POD_IP fieldRef, which is also right on a cluster).
-fn values(nats: &str, kafka: &str, dashboard_port: u16, namespaced: bool) -> Value {
-    let pod_ip =
-        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
-    let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
-    let env = |extra: Vec<Value>| {
-        let mut v = vec![pod_ip.clone(), admin.clone()];
-        v.extend(extra);
-        Value::Array(v)
-    };
+/// Every subchart on, pointed at the test's brokers. devcluster pods share the machine's ports,
+/// so each service binds its pod's address (`global.bindPodIP`) instead of 0.0.0.0.
+fn values(nats: &str, kafka: &str, dashboard_port: u16, mode: Mode, registry: &str) -> Value {
+    let mut global = json!({"logFormat": "text", "logLevel": "info", "bindPodIP": true,
+                   "functionsNamespace": if mode == Mode::Namespaced { FUNCTIONS_NS } else { "" },
+                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}});
+    if mode == Mode::Images {
+        global["imageRegistry"] = json!(registry);
+        global["imagePullPolicy"] = json!("Always");
+    }
     json!({
-        "global": {"logFormat": "text", "logLevel": "info",
-                   "functionsNamespace": if namespaced { FUNCTIONS_NS } else { "" },
-                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
-        "function-controller": {"enabled": true, "extraEnv": env(vec![])},
-        "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true},
-            "extraEnv": env(vec![json!({"name": "KUBELESS_GATEWAY_ADDR", "value": "$(POD_IP):8080"})])},
-        "cronjob-trigger-controller": {"enabled": true, "schedulerMode": true, "extraEnv": env(vec![])},
-        "nats-trigger": {"enabled": true, "nats": {"url": nats}, "extraEnv": env(vec![])},
-        "kafka-trigger": {"enabled": true, "kafka": {"brokers": kafka, "sessionTimeoutMs": 6000},
-            "extraEnv": env(vec![])},
-        "kinesis-trigger": {"enabled": true, "extraEnv": env(vec![])},
+        "global": global,
+        "function-controller": {"enabled": true},
+        "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true}},
+        "cronjob-trigger-controller": {"enabled": true, "schedulerMode": true},
+        "nats-trigger": {"enabled": true, "nats": {"url": nats}},
+        "kafka-trigger": {"enabled": true, "kafka": {"brokers": kafka, "sessionTimeoutMs": 6000}},
+        "kinesis-trigger": {"enabled": true},
         // The dashboard listens on the pod's loopback, which here is the machine's: a free port.
-        "dashboard": {"enabled": true, "namespace": FUNCTIONS_NS, "port": dashboard_port,
-            "extraEnv": env(vec![])},
+        "dashboard": {"enabled": true, "namespace": FUNCTIONS_NS, "port": dashboard_port},
     })
 }
 
@@ -272,14 +273,16 @@ fn assert_binaries(bins: &[&str]) {
     }
 }
 
-async fn install(objects: &[Value]) -> Installed {
+async fn install(objects: &[Value], mode: Mode) -> Installed {
     let state = tempfile::Builder::new()
         .prefix("rbac")
         .tempdir_in("/tmp")
         .unwrap();
-    let cluster = devcluster::DevCluster::start(devcluster::Options::for_tests(state.path()))
-        .await
-        .unwrap();
+    let mut options = devcluster::Options::for_tests(state.path());
+    if mode == Mode::Images {
+        options = options.with_containers();
+    }
+    let cluster = devcluster::DevCluster::start(options).await.unwrap();
     let client = cluster.client().await.unwrap();
 
     // CRDs first (Helm installs the chart's crds/ before anything else), then the namespaces.
@@ -344,8 +347,10 @@ async fn install(objects: &[Value]) -> Installed {
         }
     }
 
-    // Every service pod starts and passes its probes under its own ServiceAccount.
-    eventually(&client, "every service pod Ready", 120, || {
+    // Every service pod starts and passes its probes under its own ServiceAccount (pulling
+    // its image first in container mode).
+    let secs = if mode == Mode::Images { 300 } else { 120 };
+    eventually(&client, "every service pod Ready", secs, || {
         let client = client.clone();
         let want = deployments.len();
         async move {
@@ -372,32 +377,49 @@ async fn install(objects: &[Value]) -> Installed {
     }
 }
 
-/// The Python function `hello` in the functions namespace, through the Function API; waits
-/// for Ready.
-async fn deploy_function(client: &Client, discovery: &Discovery, labels: &Value) {
+/// The Python function `hello` in the functions namespace, deployed with the CLI.
+async fn deploy_function(kubeconfig: &Path, labels: &str) {
     deploy(
-        client,
-        discovery,
-        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-               "metadata": {"name": "hello", "namespace": FUNCTIONS_NS, "labels": labels},
-               "spec": {"runtime": "python3.11", "handler": "handler.handler", "timeout": "10",
-                        "function": HANDLER}}),
+        kubeconfig,
+        "hello",
+        "python3.11",
+        "handler.py",
+        HANDLER,
+        labels,
     )
     .await;
 }
 
-/// Creates a Function and waits for it to be Ready.
-async fn deploy(client: &Client, discovery: &Discovery, function: Value) {
-    let name = function["metadata"]["name"].as_str().unwrap().to_string();
-    create(client, discovery, function).await;
-    wait_ready(
-        client,
-        &gvk_api(client, discovery, "Function"),
-        "Function",
-        &name,
-        120,
-    )
-    .await;
+/// `kubeless function deploy NAME` from a source file, waiting (`--wait`) for it to be Ready.
+async fn deploy(
+    kubeconfig: &Path,
+    name: &str,
+    runtime: &str,
+    file: &str,
+    source: &str,
+    labels: &str,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file);
+    std::fs::write(&path, source).unwrap();
+    let mut cmd = tokio::process::Command::new(target_debug_dir().join("kubeless"));
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["function", "deploy", name, "--namespace", FUNCTIONS_NS])
+        .args(["--runtime", runtime, "--handler", "handler.handler"])
+        .arg("--from-file")
+        .arg(&path)
+        .args(["--timeout", "10", "--wait", "--wait-timeout", "300"]);
+    if !labels.is_empty() {
+        cmd.args(["--label", labels]);
+    }
+    let out = cmd.output().await.unwrap();
+    assert!(
+        out.status.success(),
+        "kubeless function deploy {name}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn gvk_api(client: &Client, discovery: &Discovery, kind: &str) -> Api<DynamicObject> {
@@ -476,17 +498,123 @@ async fn assert_nothing_forbidden(client: &Client, deployments: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_runs_under_its_charts_rbac() {
-    all_triggers(false).await;
+    all_triggers(Mode::Processes).await;
 }
 
 /// The same with `global.functionsNamespace`: Roles in the function namespace instead of
 /// ClusterRoles, and the services watch that namespace only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn namespace_scoped_install_runs_under_its_roles() {
-    all_triggers(true).await;
+    all_triggers(Mode::Namespaced).await;
 }
 
-async fn all_triggers(namespaced: bool) {
+/// The same with every service and runtime from its image, pulled from a loopback registry and
+/// run by podman (devcluster's container mode): what a user installs on a cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_service_runs_from_its_image_in_container_mode() {
+    if let Some(why) = podman_unusable() {
+        eprintln!(
+            "SKIPPED every_service_runs_from_its_image_in_container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
+        );
+        return;
+    }
+    all_triggers(Mode::Images).await;
+}
+
+/// How the chart is installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Cluster-wide, the services as processes (devcluster's default).
+    Processes,
+    /// `global.functionsNamespace` set: Roles instead of ClusterRoles.
+    Namespaced,
+    /// Cluster-wide, every service and runtime from its image in container mode.
+    Images,
+}
+
+/// The images of the services and of the two runtimes the test deploys.
+const IMAGES: [&str; 9] = [
+    "function-controller",
+    "http-trigger-controller",
+    "cronjob-trigger-controller",
+    "nats-trigger",
+    "kafka-trigger",
+    "kinesis-trigger",
+    "dashboard",
+    "runtime-python",
+    "runtime-nodejs",
+];
+
+/// Builds (cached after scripts/test.sh's image stage) and pushes the images to a new loopback
+/// registry, printing the times.
+fn registry_with_images() -> Registry {
+    let start = Instant::now();
+    let built = images_sh(&[&["build"][..], &IMAGES[..]].concat());
+    eprintln!(
+        "images.sh build ({} images): {:.1} s\n{}",
+        IMAGES.len(),
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&built.stdout).trim()
+    );
+    let registry = Registry::start();
+    let start = Instant::now();
+    let pushed = registry.push(&IMAGES);
+    eprintln!(
+        "images.sh push to {}: {:.1} s\n{}",
+        registry.addr,
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&pushed.stdout).trim()
+    );
+    registry
+}
+
+/// Each service pod's memory from the metrics API (what `kubectl top pod` shows), printed.
+async fn print_idle_memory(client: &Client, mode: Mode, pods: usize) {
+    // The runner samples every few seconds: wait until each service pod has been measured.
+    let list = eventually(client, "a PodMetrics for every service pod", 60, || {
+        let client = client.clone();
+        async move {
+            let request = http::Request::get(format!(
+                "/apis/metrics.k8s.io/v1beta1/namespaces/{RELEASE_NS}/pods"
+            ))
+            .body(Vec::new())
+            .ok()?;
+            let list: Value = client.request(request).await.ok()?;
+            (list["items"].as_array()?.len() >= pods).then_some(list)
+        }
+    })
+    .await;
+    let mut lines = Vec::new();
+    for pod in list["items"].as_array().into_iter().flatten() {
+        let name = pod["metadata"]["labels"]["app.kubernetes.io/name"]
+            .as_str()
+            .or(pod["metadata"]["name"].as_str())
+            .unwrap_or("?");
+        for c in pod["containers"].as_array().into_iter().flatten() {
+            let memory = c["usage"]["memory"].as_str().unwrap_or("");
+            let kib: f64 = memory
+                .strip_suffix("Ki")
+                .and_then(|k| k.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: memory {memory:?} is not in Ki"));
+            assert!(kib > 0.0, "{name}: no memory measured");
+            let mib = kib / 1024.0;
+            let over = if mib > 10.0 {
+                "  [over the 10 MiB goal]"
+            } else {
+                ""
+            };
+            lines.push(format!("  {name}: {mib:.1} MiB{over}"));
+        }
+    }
+    lines.sort();
+    eprintln!(
+        "idle memory of each service ({mode:?}, metrics API):\n{}",
+        lines.join("\n")
+    );
+    assert!(!lines.is_empty(), "the metrics API listed no service pod");
+}
+
+async fn all_triggers(mode: Mode) {
     assert_binaries(&[
         "function-controller",
         "http-trigger-controller",
@@ -505,8 +633,19 @@ async fn all_triggers(namespaced: bool) {
     let moto_url = moto.endpoint.clone();
 
     let dashboard_port = free_port();
-    let objects = render(&values(&nats_url, &kafka_addr, dashboard_port, namespaced));
-    if namespaced {
+    let registry = (mode == Mode::Images).then(registry_with_images);
+    let registry_addr = registry
+        .as_ref()
+        .map(|r| r.addr.clone())
+        .unwrap_or_default();
+    let objects = render(&values(
+        &nats_url,
+        &kafka_addr,
+        dashboard_port,
+        mode,
+        &registry_addr,
+    ));
+    if mode == Mode::Namespaced {
         assert!(
             objects
                 .iter()
@@ -520,25 +659,53 @@ async fn all_triggers(namespaced: bool) {
         discovery,
         deployments,
         _state,
-    } = install(&objects).await;
+    } = install(&objects, mode).await;
     assert_eq!(
         deployments.len(),
         7,
         "every subchart renders its Deployment: {deployments:?}"
     );
+    // Idle: installed and Ready, no function or trigger yet.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    print_idle_memory(&client, mode, deployments.len()).await;
+    let kubeconfig = cluster.kubeconfig_path().to_path_buf();
     let labels = json!({"app": "rbac-hello"});
-    deploy_function(&client, &discovery, &labels).await;
+    deploy_function(&kubeconfig, "app=rbac-hello").await;
 
     // A Node.js function beside it, called through the gateway too.
     deploy(
-        &client,
-        &discovery,
-        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-               "metadata": {"name": "hello-js", "namespace": FUNCTIONS_NS},
-               "spec": {"runtime": "nodejs20", "handler": "handler.handler", "timeout": "10",
-                        "function": NODE_HANDLER}}),
+        &kubeconfig,
+        "hello-js",
+        "nodejs20",
+        "handler.js",
+        NODE_HANDLER,
+        "",
     )
     .await;
+    if mode == Mode::Images {
+        // Every service and both functions run from the registry's images.
+        for (ns, selector) in [
+            (RELEASE_NS, "app.kubernetes.io/instance=kubeless"),
+            (FUNCTIONS_NS, "function"),
+        ] {
+            for p in pods_in(&client, ns, selector).await {
+                let images: Vec<String> = p
+                    .status
+                    .iter()
+                    .flat_map(|s| s.container_statuses.iter().flatten())
+                    .map(|c| c.image_id.clone())
+                    .collect();
+                assert!(
+                    !images.is_empty()
+                        && images
+                            .iter()
+                            .all(|i| i.starts_with(&format!("{registry_addr}/kubeless-rs/"))),
+                    "pod {ns}/{} runs {images:?}, not images from {registry_addr}",
+                    p.name_any()
+                );
+            }
+        }
+    }
     create(
         &client,
         &discovery,
@@ -730,16 +897,13 @@ async fn cron_invoker_pods_run_under_the_invoker_role() {
         "kubeless-cron-invoker",
         "kubeless-runtime",
     ]);
-    let pod_ip =
-        json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
-    let admin = json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
     let off = json!({"enabled": false});
     let objects = render(&json!({
-        "global": {"logFormat": "text", "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
-        "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
+        "global": {"logFormat": "text", "bindPodIP": true,
+                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
+        "function-controller": {"enabled": true},
         "cronjob-trigger-controller": {"enabled": true, "schedulerMode": false,
-            "invoker": {"resolver": "endpointslices", "serviceAccount": "cron-invoker"},
-            "extraEnv": [pod_ip, admin]},
+            "invoker": {"resolver": "endpointslices", "serviceAccount": "cron-invoker"}},
         "http-trigger-controller": off, "nats-trigger": off, "kafka-trigger": off,
         "kinesis-trigger": off, "dashboard": off,
     }));
@@ -749,9 +913,9 @@ async fn cron_invoker_pods_run_under_the_invoker_role() {
         discovery,
         deployments,
         _state,
-    } = install(&objects).await;
+    } = install(&objects, Mode::Processes).await;
     assert_eq!(deployments.len(), 2, "{deployments:?}");
-    deploy_function(&client, &discovery, &json!({"app": "rbac-hello"})).await;
+    deploy_function(cluster.kubeconfig_path(), "app=rbac-hello").await;
 
     create(
         &client,

@@ -9,31 +9,13 @@
 //! (the cold build, whose times it prints); this test rebuilds (cached) and checks the result.
 #![cfg(test)]
 
-use std::{
-    collections::BTreeMap,
-    path::PathBuf,
-    process::{Command, Output},
-    time::Instant,
-};
+use std::{collections::BTreeMap, process::Command, time::Instant};
 
+use integration_tests::images::{Registry, run, script};
 use integration_tests::{repo_root, target_debug_dir};
+use kubeless_testkit::free_port;
 
 const MAX_SERVICE_IMAGE_BYTES: u64 = 30 * 1000 * 1000;
-
-fn script() -> PathBuf {
-    repo_root().join("scripts/images.sh")
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 fn require_tools() {
     for tool in [
@@ -225,21 +207,9 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
     }
 
     // Push to Debian's docker-registry on loopback and run each image from there.
-    let dir = std::env::temp_dir().join(format!("kubeless-registry-{}", std::process::id()));
-    let registry = String::from_utf8_lossy(
-        &run(Command::new("bash")
-            .arg(script())
-            .arg("registry-start")
-            .arg(&dir))
-        .stdout,
-    )
-    .trim()
-    .to_string();
-    let result = std::panic::catch_unwind(|| {
-        let out = run(Command::new("bash")
-            .arg(script())
-            .arg("push")
-            .arg(&registry));
+    let registry = Registry::start();
+    {
+        let out = registry.push(&[]);
         let pushed = String::from_utf8_lossy(&out.stdout).to_string();
         println!("{pushed}");
         assert_eq!(
@@ -247,7 +217,7 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
             built.len()
         );
         for (name, tag) in &expected {
-            let remote = format!("{registry}/kubeless-rs/{name}:{tag}");
+            let remote = format!("{}/kubeless-rs/{name}:{tag}", registry.addr);
             // Remove any local copy so podman really pulls from the registry.
             let _ = Command::new("podman").args(["rmi", "-f", &remote]).output();
             run(Command::new("podman").args(["pull", "--quiet", "--tls-verify=false", &remote]));
@@ -314,24 +284,7 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
                 assert!(version.contains(expected), "{name}: {version}");
             }
         }
-    });
-    let _ = Command::new("bash")
-        .arg(script())
-        .arg("registry-stop")
-        .arg(&dir)
-        .output();
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// Resident memory of a process, from /proc (KiB).

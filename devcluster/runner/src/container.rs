@@ -559,6 +559,39 @@ pub struct ExitState {
     pub started: bool,
 }
 
+/// The host pid of a started container's main process (`kubectl top` and the HPA measure it
+/// and its descendants), waiting up to 5 s for podman to report it; None when the container
+/// ended first or podman does not say.
+pub async fn main_pid(rt: &ContainerRuntime, name: &str) -> Option<i32> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let out = podman_output(
+            rt,
+            &[
+                "container",
+                "inspect",
+                "--format",
+                "{{.State.Pid}}|{{.State.Status}}",
+                name,
+            ],
+        )
+        .await
+        .ok()
+        .filter(|o| o.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let (pid, status) = text.trim().split_once('|')?;
+        match pid.trim().parse::<i32>() {
+            Ok(pid) if pid > 0 => return Some(pid),
+            _ if matches!(status, "exited" | "stopped" | "removing") => return None,
+            _ => {}
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The exit code, start error and OOM kill of a finished container.
 pub async fn exit_state(rt: &ContainerRuntime, name: &str) -> Option<ExitState> {
     let out = podman_output(

@@ -326,7 +326,7 @@ async fn sync_all(ctx: &Ctx, state: &mut State) {
         let (ns, name) = ns_name(pod.as_ref());
         let key = format!("{ns}/{name}");
         live.insert(key.clone());
-        if let Some(secs) = podmetrics::cpu_seconds(&podmetrics::container_pids(pod))
+        if let Some(secs) = podmetrics::cpu_seconds(&ctx.config.running.pod_pids(&ns, &name))
             && let Some(rate) = state.cpu.observe(&key, secs, now)
         {
             cpu_now.insert(key.clone(), rate);

@@ -1068,6 +1068,12 @@ async fn run_instance(
         c.started = !has_startup;
         c.ready = kind == Kind::Main && !has_startup && !needs_ready_check;
     });
+    // In container mode the spawned process is the podman client; the container's own main
+    // process is what `kubectl top` and the HPA measure.
+    let pid = match &podman {
+        Some((rt, name, _)) => crate::container::main_pid(rt, name).await,
+        None => running.pid().and_then(|p| i32::try_from(p).ok()),
+    };
     // Lets `kubectl exec` run commands with this container's env while it runs.
     let _exec_entry = env.ctx.config.running.register(
         &env.facts.namespace,
@@ -1076,7 +1082,7 @@ async fn run_instance(
         crate::running::RunningProcess {
             env: spec.env.clone(),
             cwd: cwd.to_path_buf(),
-            pid: running.pid().and_then(|p| i32::try_from(p).ok()),
+            pid,
             stdin: running
                 .take_stdin()
                 .map(|s| std::sync::Arc::new(tokio::sync::Mutex::new(Some(s)))),

@@ -134,17 +134,6 @@ pub struct ProcessUsage {
     pub memory_bytes: u64,
 }
 
-/// Main process ids of a pod's running containers, from `devcluster://{pid}` container ids.
-pub fn container_pids(pod: &Pod) -> Vec<i32> {
-    pod.status
-        .iter()
-        .flat_map(|s| s.container_statuses.iter().flatten())
-        .filter(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
-        .filter_map(|c| c.container_id.as_deref()?.strip_prefix("devcluster://"))
-        .filter_map(|p| p.parse().ok())
-        .collect()
-}
-
 /// A quantity in base units ("250m" -> 0.25, "2" -> 2, "1k" -> 1000).
 pub fn parse_quantity(s: &str) -> Option<f64> {
     let s = s.trim();

@@ -61,6 +61,15 @@ impl RunningContainers {
             .collect()
     }
 
+    /// The main process ids of a pod's running containers.
+    pub fn pod_pids(&self, ns: &str, pod: &str) -> Vec<i32> {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        map.iter()
+            .filter(|((n, p, _), _)| n == ns && p == pod)
+            .filter_map(|(_, p)| p.pid)
+            .collect()
+    }
+
     /// Records a started container; the entry goes when the guard is dropped.
     pub(crate) fn register(
         &self,

@@ -163,6 +163,14 @@ metadata:
 {{- end -}}
 
 {{/*
+The address a service listens on: its pod's (from the POD_IP env var the Deployment sets) with
+global.bindPodIP, else every interface.
+*/}}
+{{- define "common.bindAddress" -}}
+{{- if .Values.global.bindPodIP -}}$(POD_IP){{- else -}}0.0.0.0{{- end -}}
+{{- end -}}
+
+{{/*
 The Deployment of a service binary. Every service uses the scaffold in shared/service, so the
 admin port, probes, env and security context are the same; .Values.extraEnv and .Values.args add the rest.
 */}}
@@ -223,8 +231,14 @@ spec:
               value: {{ .Values.global.logLevel | quote }}
             - name: KUBELESS_LOG_FORMAT
               value: {{ .Values.global.logFormat | quote }}
+            {{- if .Values.global.bindPodIP }}
+            - name: POD_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.podIP
+            {{- end }}
             - name: KUBELESS_ADMIN_ADDR
-              value: "0.0.0.0:8081"
+              value: {{ include "common.bindAddress" . }}:8081
             - name: KUBELESS_WATCH_NAMESPACE
               value: {{ .Values.global.functionsNamespace | quote }}
             - name: OTEL_EXPORTER_OTLP_ENDPOINT

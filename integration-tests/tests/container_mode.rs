@@ -1,4 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![cfg(test)]
 //! Container mode end to end: the runtime-python image built by scripts/images.sh (buildah),
 //! pushed to Debian's docker-registry on loopback, and run by devcluster with podman
 //! (`Options::with_containers`, `devcluster up --pods container`).
@@ -12,108 +12,19 @@
 //! (b) A Python function (the runtime image with its handler in a ConfigMap volume) answers
 //! HTTP at its pod address and through its Service.
 //!
-//! (c) The umbrella Helm chart (deploy/helm, rendered by the real Helm engine) with the
-//! function-controller and the http-trigger-controller (gateway on), its images from the
-//! registry: the controllers run from their images under the chart's ServiceAccounts and RBAC
-//! with kube-rs's in-cluster config, in namespaces that enforce PodSecurity `restricted`, and a
-//! Function they deploy runs from the runtime image and answers at its pod address and through
-//! the gateway (an HTTPTrigger).
+//! The umbrella chart with every service from its image in container mode is
+//! `chart_rbac.rs`'s `every_service_runs_from_its_image_in_container_mode`.
 //!
 //! Needs root, podman (runc), buildah, docker-registry and debootstrap (`ensure_containers` in
-//! scripts/lib.sh); skipped with a message when podman does not run. `scripts/images.sh build`
-//! compiles every image's binary first (cached after scripts/test.sh's `images.sh build`);
-//! `KUBELESS_IMAGE_CARGO=selected` limits it to these images' binaries on a cold target dir.
+//! scripts/lib.sh); skipped with a message when podman does not run. Packs the binaries of a
+//! former `scripts/images.sh build` (scripts/test.sh runs it before the tests) into the image.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use devcluster::{DevCluster, Options};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?} failed:\n{}", text(&out));
-    out
-}
-
-fn images_sh(args: &[&str]) -> Output {
-    run(Command::new("bash")
-        .arg(repo_root().join("scripts/images.sh"))
-        .args(args))
-}
-
-/// Why podman cannot run containers here, or None when it can.
-fn podman_unusable() -> Option<String> {
-    match Command::new("podman")
-        .args(["info", "--format", "{{.Host.OCIRuntime.Name}}"])
-        .stdin(Stdio::null())
-        .output()
-    {
-        Err(e) => Some(format!("podman is not installed ({e})")),
-        Ok(o) if !o.status.success() => Some(format!("`podman info` failed: {}", text(&o))),
-        Ok(_) => None,
-    }
-}
-
-/// The registry of the test, stopped by the PID it wrote when dropped.
-struct Registry {
-    dir: tempfile::TempDir,
-    addr: String,
-}
-
-impl Registry {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = images_sh(&["registry-start", dir.path().to_str().unwrap()]);
-        let addr = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(addr.starts_with("127.0.0.1:"), "{}", text(&out));
-        Self { dir, addr }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        // The copies podman pulled from this registry go with it (their layers are shared with
-        // the local images, the names would pile up run after run).
-        if let Ok(out) = Command::new("podman")
-            .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
-            .output()
-        {
-            let prefix = format!("{}/", self.addr);
-            for name in String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter(|l| l.starts_with(&prefix))
-            {
-                let _ = Command::new("podman")
-                    .args(["rmi", "--ignore", name])
-                    .output();
-            }
-        }
-        let _ = Command::new("bash")
-            .arg(repo_root().join("scripts/images.sh"))
-            .args(["registry-stop", self.dir.path().to_str().unwrap()])
-            .output();
-    }
-}
+use integration_tests::images::{Registry, images_sh, podman_unusable, run, text};
 
 fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write;
@@ -327,12 +238,8 @@ spec:
     )
 }
 
-/// The tests build and push images with buildah: one at a time.
-static IMAGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_run_from_registry_images_with_podman() {
-    let _one_at_a_time = IMAGES.lock().await;
     if let Some(why) = podman_unusable() {
         eprintln!(
             "SKIPPED container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
@@ -341,19 +248,14 @@ async fn pods_run_from_registry_images_with_podman() {
     }
     // Build (cached when nothing changed) and push the runtime image.
     let start = Instant::now();
-    let built = images_sh(&[
-        "build",
-        "function-controller",
-        "http-trigger-controller",
-        "runtime-python",
-    ]);
+    let built = images_sh(&["build", "runtime-python"]);
     eprintln!(
-        "images.sh build function-controller http-trigger-controller runtime-python: {:.1}s\n{}",
+        "images.sh build runtime-python: {:.1}s\n{}",
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&built.stdout)
     );
     let registry = Registry::start();
-    let pushed = images_sh(&["push", &registry.addr, "runtime-python"]);
+    let pushed = registry.push(&["runtime-python"]);
     eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
     let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
     let missing = format!("{}/kubeless-rs/not-pushed:1.0", registry.addr);
@@ -576,277 +478,4 @@ fn checks(kc: &Path, image: &str, missing: &str) {
         .is_empty()
         .then_some(())
     });
-}
-
-/// The chart rendered by the real Helm engine (helm-python-sdk), as one YAML stream.
-fn render_chart(values: &serde_json::Value) -> String {
-    let script = r#"
-import json, sys
-import helm_python
-chart = helm_python.Chart.load(sys.argv[1])
-out = chart.render(values=json.loads(sys.argv[2]), name="kubeless", namespace=sys.argv[3], is_install=True)
-print("\n---\n".join(t for p, t in sorted(out.items()) if p.endswith((".yaml", ".yml")) and t.strip()))
-"#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(repo_root().join("deploy/helm/kubeless"))
-        .arg(values.to_string())
-        .arg("kubeless")
-        .stdin(Stdio::null())
-        .output()
-        .expect("python3 must be installed");
-    assert!(
-        out.status.success(),
-        "rendering the chart failed (needs `pip install helm-python-sdk pyyaml`, which scripts/test.sh does):\n{}",
-        text(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn the_chart_runs_from_the_registry_in_container_mode() {
-    let _one_at_a_time = IMAGES.lock().await;
-    if let Some(why) = podman_unusable() {
-        eprintln!(
-            "SKIPPED container_mode chart: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
-        );
-        return;
-    }
-    let start = Instant::now();
-    let built = images_sh(&[
-        "build",
-        "function-controller",
-        "http-trigger-controller",
-        "runtime-python",
-    ]);
-    eprintln!(
-        "images.sh build function-controller http-trigger-controller runtime-python: {:.1}s\n{}",
-        start.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&built.stdout)
-    );
-    let registry = Registry::start();
-    let pushed = images_sh(&[
-        "push",
-        &registry.addr,
-        "function-controller",
-        "http-trigger-controller",
-        "runtime-python",
-    ]);
-    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
-
-    // Host networking: each service binds its pod's address (a POD_IP fieldRef), as in
-    // integration-tests/tests/chart_rbac.rs.
-    let pod_ip = serde_json::json!({"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}});
-    let admin = serde_json::json!({"name": "KUBELESS_ADMIN_ADDR", "value": "$(POD_IP):8081"});
-    let off = serde_json::json!({"enabled": false});
-    let values = serde_json::json!({
-        "global": {"imageRegistry": registry.addr, "imagePullPolicy": "Always", "logFormat": "text",
-                   "probes": {"periodSeconds": 2, "timeoutSeconds": 2}},
-        "function-controller": {"enabled": true, "extraEnv": [pod_ip, admin]},
-        "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true},
-            "extraEnv": [pod_ip, admin, {"name": "KUBELESS_GATEWAY_ADDR", "value": "$(POD_IP):8080"}]},
-        "cronjob-trigger-controller": off, "nats-trigger": off,
-        "kafka-trigger": off, "kinesis-trigger": off, "dashboard": off,
-    });
-    let manifest = render_chart(&values);
-
-    let state = tempfile::tempdir().unwrap();
-    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
-        .await
-        .unwrap();
-    let kc = cluster.kubeconfig_path().to_path_buf();
-    let reg = registry.addr.clone();
-    let result = tokio::task::spawn_blocking(move || chart_checks(&kc, &manifest, &reg)).await;
-    cluster.shutdown().await;
-    drop(registry);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
-}
-
-const FUNCTION: &str = r#"
-apiVersion: kubeless.io/v1beta1
-kind: Function
-metadata: {name: hello, namespace: functions}
-spec:
-  runtime: python3.11
-  handler: handler.hello
-  timeout: "10"
-  function: |
-    def hello(event, context):
-        data = event["data"]
-        if isinstance(data, bytes):
-            data = data.decode()
-        return "hello " + str(data)
----
-apiVersion: kubeless.io/v1beta1
-kind: HTTPTrigger
-metadata: {name: hello, namespace: functions}
-spec: {function-name: hello, path: hello}
-"#;
-
-fn chart_checks(kc: &Path, manifest: &str, registry: &str) {
-    let ok = |o: Output| {
-        assert!(o.status.success(), "{}", text(&o));
-        o
-    };
-    for ns in ["kubeless", "functions"] {
-        ok(kubectl(kc, &["create", "namespace", ns], None));
-        ok(kubectl(
-            kc,
-            &[
-                "label",
-                "namespace",
-                ns,
-                "pod-security.kubernetes.io/enforce=restricted",
-            ],
-            None,
-        ));
-    }
-    let crds = repo_root().join("deploy/helm/kubeless/crds");
-    ok(kubectl(kc, &["apply", "-f", crds.to_str().unwrap()], None));
-    ok(kubectl(
-        kc,
-        &[
-            "wait",
-            "--for=condition=established",
-            "crd/functions.kubeless.io",
-            "--timeout=60s",
-        ],
-        None,
-    ));
-    ok(kubectl(kc, &["apply", "-f", "-"], Some(manifest)));
-    for service in ["function-controller", "http-trigger-controller"] {
-        wait_for(
-            Duration::from_secs(180),
-            &format!("the {service} pod Ready"),
-            || {
-                let ready = jsonpath(
-                    kc,
-                    &[
-                        "pods",
-                        "-n",
-                        "kubeless",
-                        "-l",
-                        &format!("app.kubernetes.io/name={service}"),
-                    ],
-                    "{.items[0].status.conditions[?(@.type==\"Ready\")].status}",
-                );
-                (ready == "True").then_some(())
-            },
-        );
-    }
-    let controller = wait_for(
-        Duration::from_secs(180),
-        "the function-controller pod Ready",
-        || {
-            let ready = jsonpath(
-                kc,
-                &[
-                    "pods",
-                    "-n",
-                    "kubeless",
-                    "-l",
-                    "app.kubernetes.io/name=function-controller",
-                ],
-                "{.items[0].metadata.name} {.items[0].status.conditions[?(@.type==\"Ready\")].status}",
-            );
-            ready.strip_suffix(" True").map(str::to_string)
-        },
-    );
-    let image = jsonpath(
-        kc,
-        &["pod", "-n", "kubeless", &controller],
-        "{.status.containerStatuses[0].imageID}",
-    );
-    assert!(
-        image.starts_with(&format!("{registry}/kubeless-rs/function-controller:")),
-        "{image}"
-    );
-
-    ok(kubectl(kc, &["apply", "-f", "-"], Some(FUNCTION)));
-    let ip = wait_for(Duration::from_secs(180), "the function's pod Ready", || {
-        let out = jsonpath(
-            kc,
-            &["pods", "-n", "functions", "-l", "function=hello"],
-            "{.items[0].status.podIP} {.items[0].status.conditions[?(@.type==\"Ready\")].status}",
-        );
-        out.strip_suffix(" True").map(str::to_string)
-    });
-    let answer = wait_for(Duration::from_secs(30), "the function to answer", || {
-        let out = Command::new("curl")
-            .args(["-sS", "--max-time", "5", "-d", "chart"])
-            .arg(format!("http://{ip}:8080/"))
-            .output()
-            .ok()?;
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).to_string())
-    });
-    assert_eq!(answer.trim(), "hello chart");
-    let fn_image = jsonpath(
-        kc,
-        &["pods", "-n", "functions", "-l", "function=hello"],
-        "{.items[0].status.containerStatuses[0].imageID}",
-    );
-    assert!(
-        fn_image.starts_with(&format!("{registry}/kubeless-rs/runtime-python:")),
-        "{fn_image}"
-    );
-    // Through the gateway of the http-trigger-controller, routed by the HTTPTrigger.
-    let gateway = jsonpath(
-        kc,
-        &[
-            "pods",
-            "-n",
-            "kubeless",
-            "-l",
-            "app.kubernetes.io/name=http-trigger-controller",
-        ],
-        "{.items[0].status.podIP}",
-    );
-    let via_gateway = wait_for(
-        Duration::from_secs(60),
-        "the function through the gateway",
-        || {
-            let out = Command::new("curl")
-                .args([
-                    "-sS",
-                    "--fail",
-                    "--max-time",
-                    "5",
-                    "-H",
-                    "content-type: text/plain",
-                    "-d",
-                    "gateway",
-                ])
-                .arg(format!("http://{gateway}:8080/hello"))
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).to_string())
-        },
-    );
-    assert_eq!(via_gateway.trim(), "hello gateway");
-    for service in ["function-controller", "http-trigger-controller"] {
-        let log = kubectl(
-            kc,
-            &[
-                "logs",
-                "-n",
-                "kubeless",
-                "-l",
-                &format!("app.kubernetes.io/name={service}"),
-                "--tail=-1",
-            ],
-            None,
-        );
-        let log = String::from_utf8_lossy(&log.stdout).to_string();
-        assert!(!log.is_empty(), "no log from {service}");
-        assert!(
-            !log.to_lowercase().contains("forbidden"),
-            "{service}: {log}"
-        );
-    }
 }

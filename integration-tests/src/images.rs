@@ -1,0 +1,107 @@
+//! The container images of scripts/images.sh (buildah, no Docker daemon) and a loopback
+//! registry to push them to, for the tests that run them with podman.
+// Test fixtures: a panic is the failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use crate::repo_root;
+
+/// scripts/images.sh.
+pub fn script() -> PathBuf {
+    repo_root().join("scripts/images.sh")
+}
+
+/// The exit status, stdout and stderr of a finished command, for failure messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs `cmd` with no stdin; panics with its output unless it succeeds.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(out.status.success(), "{cmd:?} failed:\n{}", text(&out));
+    out
+}
+
+/// `scripts/images.sh ARGS...`, which must succeed. `build` packs the binaries a former
+/// `scripts/images.sh build` compiled (scripts/test.sh runs it before the tests): a test never
+/// runs a nested cargo build, and says so when the binaries are missing.
+pub fn images_sh(args: &[&str]) -> Output {
+    run(Command::new("bash")
+        .arg(script())
+        .args(args)
+        .env("KUBELESS_IMAGE_SKIP_CARGO", "1"))
+}
+
+/// Why podman cannot run containers here, or None when it can.
+pub fn podman_unusable() -> Option<String> {
+    match Command::new("podman")
+        .args(["info", "--format", "{{.Host.OCIRuntime.Name}}"])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Err(e) => Some(format!("podman is not installed ({e})")),
+        Ok(o) if !o.status.success() => Some(format!("`podman info` failed: {}", text(&o))),
+        Ok(_) => None,
+    }
+}
+
+/// Debian's docker-registry on 127.0.0.1 (`images.sh registry-start`), stopped by the PID it
+/// wrote when dropped.
+pub struct Registry {
+    dir: tempfile::TempDir,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+}
+
+impl Registry {
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let out = images_sh(&["registry-start", dir.path().to_str().unwrap()]);
+        let addr = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{}", text(&out));
+        Self { dir, addr }
+    }
+
+    /// Pushes the images `names` (built by `images.sh build`) here.
+    pub fn push(&self, names: &[&str]) -> Output {
+        let mut args = vec!["push", self.addr.as_str()];
+        args.extend_from_slice(names);
+        images_sh(&args)
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        // The copies podman pulled from this registry go with it (their layers are shared with
+        // the local images, the names would pile up run after run).
+        if let Ok(out) = Command::new("podman")
+            .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+            .output()
+        {
+            let prefix = format!("{}/", self.addr);
+            for name in String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter(|l| l.starts_with(&prefix))
+            {
+                let _ = Command::new("podman")
+                    .args(["rmi", "--ignore", name])
+                    .output();
+            }
+        }
+        let _ = Command::new("bash")
+            .arg(script())
+            .args(["registry-stop", self.dir.path().to_str().unwrap()])
+            .output();
+    }
+}
