@@ -2,9 +2,12 @@
 # Build every kubeless-rs image without a Docker daemon (buildah), and push them to a registry.
 #
 #   scripts/images.sh build [NAME...]        build the images (default: all), print times and sizes
-#   scripts/images.sh push REGISTRY [NAME...] push them to REGISTRY (host:port, plain HTTP)
-#   scripts/images.sh registry-start DIR     run Debian's docker-registry on 127.0.0.1:<free port>
-#                                            with its storage in DIR; prints host:port
+#   scripts/images.sh push REGISTRY [NAME...] push them to REGISTRY (host:port, plain HTTP;
+#                                            KUBELESS_REGISTRY_CREDS=USER:PASSWORD logs in)
+#   scripts/images.sh registry-start DIR [USER:PASSWORD]
+#                                            run Debian's docker-registry on 127.0.0.1:<free port>
+#                                            with its storage in DIR (and basic auth for that one
+#                                            user when given); prints host:port
 #   scripts/images.sh registry-stop DIR      stop it (by the PID it wrote in DIR)
 #   scripts/images.sh base                   make the Debian base image (debootstrap, cached)
 #   scripts/images.sh names                  list NAME TAG DOCKERFILE of every image
@@ -196,15 +199,25 @@ cmd_push() {
     local ref="localhost/kubeless-rs/$name:$tag" dest="$registry/kubeless-rs/$name:$tag"
     local digestfile
     digestfile="$(mktemp)"
-    buildah push --quiet --tls-verify=false --digestfile "$digestfile" "$ref" "docker://$dest" >/dev/null
+    local -a creds=()
+    [ -n "${KUBELESS_REGISTRY_CREDS:-}" ] && creds=(--creds "$KUBELESS_REGISTRY_CREDS")
+    buildah push --quiet --tls-verify=false "${creds[@]}" --digestfile "$digestfile" "$ref" "docker://$dest" >/dev/null
     echo "PUSHED $dest@$(cat "$digestfile")"
     rm -f "$digestfile"
   done
 }
 
 cmd_registry_start() {
-  local dir="${1:?usage: images.sh registry-start DIR}" port
+  local dir="${1:?usage: images.sh registry-start DIR [USER:PASSWORD]}" creds="${2:-}" port auth=""
   mkdir -p "$dir/data"
+  if [ -n "$creds" ]; then
+    # htpasswd with a bcrypt hash (what docker-registry accepts), made with Python's crypt.
+    python3 -W ignore -c 'import crypt, sys; u, p = sys.argv[1].split(":", 1); print(u + ":" + crypt.crypt(p, crypt.mksalt(crypt.METHOD_BLOWFISH)))' "$creds" >"$dir/htpasswd"
+    auth="auth:
+  htpasswd:
+    realm: kubeless-rs
+    path: $dir/htpasswd"
+  fi
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   cat >"$dir/config.yml" <<EOF
 version: 0.1
@@ -217,12 +230,16 @@ storage:
     enabled: true
 http:
   addr: 127.0.0.1:$port
+$auth
 EOF
   docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 &
   echo $! >"$dir/pid"
   local i
   for i in $(seq 1 100); do
-    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/v2/', timeout=1)" 2>/dev/null; then
+    # Any HTTP answer (401 with auth) means it serves.
+    if python3 -c "import urllib.request, urllib.error
+try: urllib.request.urlopen('http://127.0.0.1:$port/v2/', timeout=1)
+except urllib.error.HTTPError: pass" 2>/dev/null; then
       echo "127.0.0.1:$port"
       return 0
     fi

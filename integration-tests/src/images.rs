@@ -62,22 +62,40 @@ pub struct Registry {
     dir: tempfile::TempDir,
     /// `127.0.0.1:PORT`.
     pub addr: String,
+    /// `USER:PASSWORD` when it asks for basic auth.
+    creds: Option<String>,
 }
 
 impl Registry {
     pub fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let out = images_sh(&["registry-start", dir.path().to_str().unwrap()]);
-        let addr = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(addr.starts_with("127.0.0.1:"), "{}", text(&out));
-        Self { dir, addr }
+        Self::start_with(None)
     }
 
-    /// Pushes the images `names` (built by `images.sh build`) here.
+    /// A registry that serves only the user `user_password` (`USER:PASSWORD`) names.
+    pub fn with_auth(user_password: &str) -> Self {
+        Self::start_with(Some(user_password.to_string()))
+    }
+
+    fn start_with(creds: Option<String>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut args = vec!["registry-start", dir.path().to_str().unwrap()];
+        args.extend(creds.as_deref());
+        let out = images_sh(&args);
+        let addr = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(addr.starts_with("127.0.0.1:"), "{}", text(&out));
+        Self { dir, addr, creds }
+    }
+
+    /// Pushes the images `names` (built by `images.sh build`) here, logged in when it asks.
     pub fn push(&self, names: &[&str]) -> Output {
-        let mut args = vec!["push", self.addr.as_str()];
-        args.extend_from_slice(names);
-        images_sh(&args)
+        let mut cmd = Command::new("bash");
+        cmd.arg(script())
+            .args(["push", self.addr.as_str()])
+            .args(names);
+        if let Some(creds) = &self.creds {
+            cmd.env("KUBELESS_REGISTRY_CREDS", creds);
+        }
+        run(&mut cmd)
     }
 }
 

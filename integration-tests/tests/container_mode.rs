@@ -479,3 +479,130 @@ fn checks(kc: &Path, image: &str, missing: &str) {
         .then_some(())
     });
 }
+
+/// Image pull secrets: from a registry that asks for basic auth, a pod whose
+/// `imagePullSecrets` name a `kubernetes.io/dockerconfigjson` Secret for it pulls and runs; a pod
+/// naming a Secret that does not exist gets a `FailedToRetrieveImagePullSecret` Event and, like
+/// a pod with no secret, waits in `ErrImagePull`/`ImagePullBackOff`.
+#[tokio::test(flavor = "multi_thread")]
+async fn image_pull_secrets_log_in_to_the_registry() {
+    if let Some(why) = podman_unusable() {
+        eprintln!(
+            "SKIPPED container_mode pull secrets: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
+        );
+        return;
+    }
+    images_sh(&["build", "runtime-python"]);
+    let registry = Registry::with_auth("puller:pull-s3cret");
+    registry.push(&["runtime-python"]);
+    let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
+    let _ = Command::new("podman")
+        .args(["rmi", "--force", &image])
+        .output();
+    let state = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
+        .await
+        .unwrap();
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let addr = registry.addr.clone();
+    let result = tokio::task::spawn_blocking(move || pull_secret_checks(&kc, &addr, &image)).await;
+    cluster.shutdown().await;
+    drop(registry);
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+fn pull_secret_checks(kc: &Path, registry: &str, image: &str) {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let config = serde_json::json!({"auths": {registry: {"auth": b64("puller:pull-s3cret")}}});
+    let pod = |name: &str, secret: Option<&str>| {
+        let secrets = secret.map_or(String::new(), |s| {
+            format!("\n  imagePullSecrets: [{{name: {s}}}]")
+        });
+        format!(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  restartPolicy: Never{secrets}
+  containers:
+  - name: main
+    image: {image}
+    imagePullPolicy: Always
+    command: ["python3", "-c", "print('pulled with credentials')"]
+"#
+        )
+    };
+    let objects = format!(
+        r#"
+apiVersion: v1
+kind: Secret
+metadata: {{name: regcred}}
+type: kubernetes.io/dockerconfigjson
+data:
+  .dockerconfigjson: {}
+---{}---{}---{}"#,
+        b64(&config.to_string()),
+        pod("with-secret", Some("regcred")),
+        pod("missing-secret", Some("no-such-secret")),
+        pod("no-secret", None),
+    );
+    let applied = kubectl(kc, &["apply", "-f", "-"], Some(&objects));
+    assert!(applied.status.success(), "{}", text(&applied));
+
+    let phase = wait_for(
+        Duration::from_secs(180),
+        "pod with-secret to finish",
+        || {
+            let p = jsonpath(kc, &["pod", "with-secret"], "{.status.phase}");
+            matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
+        },
+    );
+    let logs = kubectl(kc, &["logs", "with-secret"], None);
+    assert_eq!(phase, "Succeeded", "{}", text(&logs));
+    assert!(
+        String::from_utf8_lossy(&logs.stdout).contains("pulled with credentials"),
+        "{}",
+        text(&logs)
+    );
+    for pod in ["missing-secret", "no-secret"] {
+        let (reason, message) = wait_for(
+            Duration::from_secs(60),
+            &format!("pod {pod} refused by the registry"),
+            || {
+                let r = jsonpath(
+                    kc,
+                    &["pod", pod],
+                    "{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}",
+                );
+                let (reason, message) = r.split_once('|')?;
+                matches!(reason, "ErrImagePull" | "ImagePullBackOff")
+                    .then(|| (reason.to_string(), message.to_string()))
+            },
+        );
+        assert!(
+            message.contains("unauthorized") || message.contains("authentication required"),
+            "{pod}: {reason}: {message}"
+        );
+    }
+    let events = kubectl(
+        kc,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=missing-secret",
+            "-o",
+            "jsonpath={range .items[*]}{.reason}: {.message}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    let events = String::from_utf8_lossy(&events.stdout).to_string();
+    assert!(
+        events.contains("FailedToRetrieveImagePullSecret") && events.contains("no-such-secret"),
+        "{events}"
+    );
+}

@@ -164,6 +164,7 @@ pub async fn ensure_image(
     rt: &ContainerRuntime,
     image: &str,
     policy: &str,
+    authfile: Option<&std::path::Path>,
 ) -> Result<ImageInfo, Problem> {
     let pull_failed = |message: String| Problem {
         reason: "ErrImagePull",
@@ -190,6 +191,10 @@ pub async fn ensure_image(
     if is_loopback_registry(image) {
         args.push("--tls-verify=false");
     }
+    let authfile = authfile.map(|p| p.to_string_lossy().into_owned());
+    if let Some(path) = &authfile {
+        args.extend(["--authfile", path.as_str()]);
+    }
     args.push(image);
     let out = podman_output(rt, &args).await.map_err(pull_failed)?;
     if !out.status.success() {
@@ -202,6 +207,43 @@ pub async fn ensure_image(
         .await
         .map_err(pull_failed)?
         .ok_or_else(|| pull_failed(format!("image {image:?} is not in storage after its pull")))
+}
+
+/// The registry credentials of a pod's image pull Secrets as one auth file for
+/// `podman pull --authfile` (`{"auths": {REGISTRY: {"auth": ...}}}`). A
+/// `kubernetes.io/dockerconfigjson` Secret holds that document under `.dockerconfigjson`, a
+/// legacy `kubernetes.io/dockercfg` one the inner map under `.dockercfg`. The first Secret naming
+/// a registry wins (the kubelet tries them in order). A Secret holding neither is an error
+/// naming it; the others still count.
+pub fn pull_auths(
+    secrets: &[k8s_openapi::api::core::v1::Secret],
+) -> (serde_json::Value, Vec<String>) {
+    let mut auths = serde_json::Map::new();
+    let mut problems = Vec::new();
+    for secret in secrets {
+        let name = secret.metadata.name.as_deref().unwrap_or("");
+        let data = secret.data.as_ref();
+        let entries = if let Some(v) = data.and_then(|d| d.get(".dockerconfigjson")) {
+            serde_json::from_slice::<serde_json::Value>(&v.0)
+                .ok()
+                .and_then(|doc| doc.get("auths").and_then(|a| a.as_object()).cloned())
+        } else if let Some(v) = data.and_then(|d| d.get(".dockercfg")) {
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&v.0).ok()
+        } else {
+            None
+        };
+        match entries {
+            Some(entries) => {
+                for (registry, auth) in entries {
+                    auths.entry(registry).or_insert(auth);
+                }
+            }
+            None => problems.push(format!(
+                "image pull secret {name:?} holds no registry credentials (.dockerconfigjson or .dockercfg in JSON)"
+            )),
+        }
+    }
+    (serde_json::json!({ "auths": auths }), problems)
 }
 
 /// A volume mount: container path, host path, read-only.
@@ -757,6 +799,41 @@ mod tests {
         assert!(!s.args.iter().any(|a| a == "--user"));
         assert!(!s.args.iter().any(|a| a == "--entrypoint"));
         assert_eq!(s.args.last().unwrap(), "img:1");
+    }
+
+    #[test]
+    fn pull_secrets_merge_into_one_auth_file() {
+        let secret = |name: &str, key: &str, value: serde_json::Value| Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([(
+                key.to_string(),
+                ByteString(value.to_string().into_bytes()),
+            )])),
+            ..Default::default()
+        };
+        let secrets = [
+            secret(
+                "new",
+                ".dockerconfigjson",
+                serde_json::json!({"auths": {"r1:5000": {"auth": "first"}}}),
+            ),
+            secret(
+                "legacy",
+                ".dockercfg",
+                serde_json::json!({"r1:5000": {"auth": "second"}, "r2": {"auth": "legacy"}}),
+            ),
+            secret("opaque", "token", serde_json::json!("x")),
+        ];
+        let (auths, problems) = pull_auths(&secrets);
+        assert_eq!(
+            auths,
+            serde_json::json!({"auths": {"r1:5000": {"auth": "first"}, "r2": {"auth": "legacy"}}})
+        );
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("\"opaque\""), "{problems:?}");
     }
 
     #[test]

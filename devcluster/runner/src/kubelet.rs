@@ -286,6 +286,8 @@ struct PodEnv {
     /// Volumes a container always sees read-only (ConfigMap, Secret, downward API, projected).
     read_only_volumes: HashSet<String>,
     pod_security: Option<k8s_openapi::api::core::v1::PodSecurityContext>,
+    /// `spec.imagePullSecrets` (container mode logs in to registries with them).
+    image_pull_secrets: Vec<String>,
     /// The ServiceAccount files, when the pod has them: stands for the kubelet's
     /// `/var/run/secrets/kubernetes.io/serviceaccount` mount in every container.
     service_account_dir: Option<PathBuf>,
@@ -457,6 +459,13 @@ async fn run_pod(
                 .map(|v| v.name.clone())
                 .collect(),
             pod_security: spec.security_context.clone(),
+            image_pull_secrets: spec
+                .image_pull_secrets
+                .iter()
+                .flatten()
+                .map(|r| r.name.clone())
+                .filter(|n| !n.is_empty())
+                .collect(),
             service_account_dir,
             base_env,
             rep: rep.clone(),
@@ -708,42 +717,44 @@ async fn supervise_container(
     let mut pull_failures: u32 = 0;
     let mut first = true;
     loop {
-        let info = match crate::container::ensure_image(&rt, &image, policy).await {
-            Ok(info) => {
-                if pull_failures > 0 || first {
-                    pod_event(
-                        &env,
-                        &container.name,
-                        false,
-                        "Pulled",
-                        &format!("Container image {image:?} is present ({policy})"),
-                    )
-                    .await;
+        let authfile = pull_authfile(&env, &container.name).await;
+        let info =
+            match crate::container::ensure_image(&rt, &image, policy, authfile.as_deref()).await {
+                Ok(info) => {
+                    if pull_failures > 0 || first {
+                        pod_event(
+                            &env,
+                            &container.name,
+                            false,
+                            "Pulled",
+                            &format!("Container image {image:?} is present ({policy})"),
+                        )
+                        .await;
+                    }
+                    pull_failures = 0;
+                    info
                 }
-                pull_failures = 0;
-                info
-            }
-            Err(p) => {
-                pod_event(&env, &container.name, true, "Failed", &p.message).await;
-                env.rep.update(kind, idx, |c| {
-                    c.state = RunState::waiting(p.reason, Some(p.message.clone()))
-                });
-                if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
-                    return None;
+                Err(p) => {
+                    pod_event(&env, &container.name, true, "Failed", &p.message).await;
+                    env.rep.update(kind, idx, |c| {
+                        c.state = RunState::waiting(p.reason, Some(p.message.clone()))
+                    });
+                    if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
+                        return None;
+                    }
+                    let delay = backoff(pull_failures);
+                    pull_failures += 1;
+                    let msg = format!("Back-off pulling image {image:?}: {}", p.message);
+                    pod_event(&env, &container.name, true, "BackOff", &msg).await;
+                    env.rep.update(kind, idx, |c| {
+                        c.state = RunState::waiting("ImagePullBackOff", Some(msg))
+                    });
+                    if wait_or_cancel(&env.cancel, delay).await {
+                        return None;
+                    }
+                    continue;
                 }
-                let delay = backoff(pull_failures);
-                pull_failures += 1;
-                let msg = format!("Back-off pulling image {image:?}: {}", p.message);
-                pod_event(&env, &container.name, true, "BackOff", &msg).await;
-                env.rep.update(kind, idx, |c| {
-                    c.state = RunState::waiting("ImagePullBackOff", Some(msg))
-                });
-                if wait_or_cancel(&env.cancel, delay).await {
-                    return None;
-                }
-                continue;
-            }
-        };
+            };
         let refs = match fetch_refs(&env.ctx, &env.facts.namespace, &container).await {
             Ok(r) => r,
             Err(msg) => {
@@ -913,6 +924,63 @@ async fn supervise_container(
             return done;
         }
     }
+}
+
+/// The pod's image pull Secrets as an auth file for podman (read again before every pull, as
+/// the kubelet does), or None when it has none. A missing or unusable Secret gets a warning
+/// Event and the pull goes on with the rest, as on a cluster.
+async fn pull_authfile(env: &PodEnv, container: &str) -> Option<PathBuf> {
+    if env.image_pull_secrets.is_empty() {
+        return None;
+    }
+    let api: Api<Secret> = Api::namespaced(env.ctx.client.clone(), &env.facts.namespace);
+    let mut secrets = Vec::new();
+    let mut problems = Vec::new();
+    for name in &env.image_pull_secrets {
+        match api.get_opt(name).await {
+            Ok(Some(s)) => secrets.push(s),
+            Ok(None) => problems.push(format!("image pull secret {name:?} does not exist")),
+            Err(e) => problems.push(format!("reading image pull secret {name:?}: {e}")),
+        }
+    }
+    let (auths, unusable) = crate::container::pull_auths(&secrets);
+    problems.extend(unusable);
+    if !problems.is_empty() {
+        let message = format!(
+            "{}; pulling the image without them may fail",
+            problems.join("; ")
+        );
+        pod_event(
+            env,
+            container,
+            true,
+            "FailedToRetrieveImagePullSecret",
+            &message,
+        )
+        .await;
+    }
+    let path = env.pod_dir.join("registry-auth.json");
+    match write_private(&path, auths.to_string().as_bytes()).await {
+        Ok(()) => Some(path),
+        Err(e) => {
+            tracing::warn!(error = %e, path = %path.display(), "writing the registry auth file failed");
+            None
+        }
+    }
+}
+
+/// Writes `bytes` to a file only its owner may read (credentials).
+async fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut f = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .await?;
+    f.write_all(bytes).await?;
+    f.flush().await
 }
 
 /// The state of a container whose process could not be started (`StartError`, exit 128).
