@@ -483,9 +483,11 @@ fn checks(kc: &Path, image: &str, missing: &str) {
 /// Image pull secrets: from a registry that asks for basic auth, a pod whose
 /// `imagePullSecrets` name a `kubernetes.io/dockerconfigjson` Secret for it pulls and runs; a pod
 /// naming a Secret that does not exist gets a `FailedToRetrieveImagePullSecret` Event and, like
-/// a pod with no secret, waits in `ErrImagePull`/`ImagePullBackOff`.
+/// a pod with no secret, waits in `ErrImagePull`/`ImagePullBackOff`. Then `kubectl attach -i`
+/// into a `stdin: true, stdinOnce: true` container of that image: its input reaches the
+/// container, whose EOF ends it.
 #[tokio::test(flavor = "multi_thread")]
-async fn image_pull_secrets_log_in_to_the_registry() {
+async fn image_pull_secrets_and_attach_stdin() {
     if let Some(why) = podman_unusable() {
         eprintln!(
             "SKIPPED container_mode pull secrets: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
@@ -505,7 +507,11 @@ async fn image_pull_secrets_log_in_to_the_registry() {
         .unwrap();
     let kc = cluster.kubeconfig_path().to_path_buf();
     let addr = registry.addr.clone();
-    let result = tokio::task::spawn_blocking(move || pull_secret_checks(&kc, &addr, &image)).await;
+    let result = tokio::task::spawn_blocking(move || {
+        pull_secret_checks(&kc, &addr, &image);
+        attach_stdin_checks(&kc, &image);
+    })
+    .await;
     cluster.shutdown().await;
     drop(registry);
     if let Err(e) = result {
@@ -605,4 +611,56 @@ data:
         events.contains("FailedToRetrieveImagePullSecret") && events.contains("no-such-secret"),
         "{events}"
     );
+}
+
+fn attach_stdin_checks(kc: &Path, image: &str) {
+    use std::io::Write;
+    let pod = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: reader}}
+spec:
+  restartPolicy: Never
+  imagePullSecrets: [{{name: regcred}}]
+  containers:
+  - name: main
+    image: {image}
+    stdin: true
+    stdinOnce: true
+    command: ["python3", "-c", "import sys\nfor line in sys.stdin: print('got', line.strip().upper(), flush=True)\nprint('eof', flush=True)"]
+"#
+    );
+    let applied = kubectl(kc, &["apply", "-f", "-"], Some(&pod));
+    assert!(applied.status.success(), "{}", text(&applied));
+    wait_for(Duration::from_secs(120), "pod reader running", || {
+        (jsonpath(kc, &["pod", "reader"], "{.status.phase}") == "Running").then_some(())
+    });
+    let mut attach = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(["attach", "-i", "reader"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    attach
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello\nworld\n")
+        .unwrap();
+    let out = attach.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let phase = wait_for(Duration::from_secs(60), "pod reader to finish", || {
+        let p = jsonpath(kc, &["pod", "reader"], "{.status.phase}");
+        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
+    });
+    let logs = kubectl(kc, &["logs", "reader"], None);
+    let log = String::from_utf8_lossy(&logs.stdout);
+    assert_eq!(phase, "Succeeded", "{}", text(&logs));
+    for want in ["got HELLO", "got WORLD", "eof"] {
+        assert!(log.contains(want), "{want:?} not in:\n{log}");
+    }
 }

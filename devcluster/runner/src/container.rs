@@ -319,6 +319,11 @@ pub fn create_spec(input: &CreateInput<'_>) -> Result<CreateSpec, Problem> {
         // Kubernetes gives a read-only root file system no writable /tmp or /run.
         "--read-only-tmpfs=false".into(),
     ];
+    // `stdin: true`: the container's stdin stays open for `kubectl attach -i`, fed through the
+    // runner's `podman start --attach --interactive`.
+    if c.stdin == Some(true) {
+        args.push("--interactive".into());
+    }
     for k in env.keys() {
         args.push("--env".into());
         args.push(k.clone());

@@ -860,9 +860,15 @@ async fn supervise_container(
         first = false;
         // The podman client stays attached: its output is the container's log, its exit the
         // container's exit.
+        let stdin = container.stdin == Some(true);
+        let mut start_args = vec!["start".into(), "--attach".into()];
+        if stdin {
+            start_args.push("--interactive".into());
+        }
+        start_args.push(name.clone());
         let attach = ProcessSpec {
             program: rt.podman.clone(),
-            args: vec!["start".into(), "--attach".into(), name.clone()],
+            args: start_args,
             env: std::env::vars()
                 .filter(|(k, _)| {
                     matches!(
@@ -872,8 +878,8 @@ async fn supervise_container(
                 })
                 .collect(),
             working_dir: None,
-            // `kubectl attach -i` reaches processes only: podman start --attach gets no stdin.
-            stdin: false,
+            // `kubectl attach -i` writes to the attached client's stdin, which podman passes on.
+            stdin,
             exec_prefix: vec![
                 rt.podman.clone(),
                 "exec".into(),
@@ -1129,13 +1135,6 @@ async fn run_instance(
     let needs_ready_check = kind == Kind::Main
         && (container.readiness_probe.is_some()
             || (env.ctx.config.implicit_port_readiness && first_tcp_port(container).is_some()));
-    env.rep.update(kind, idx, |c| {
-        c.state = RunState::Running { started_at };
-        c.container_id = container_id.clone();
-        c.image_id = image_id;
-        c.started = !has_startup;
-        c.ready = kind == Kind::Main && !has_startup && !needs_ready_check;
-    });
     // In container mode the spawned process is the podman client; the container's own main
     // process is what `kubectl top` and the HPA measure.
     let pid = match &podman {
@@ -1158,6 +1157,14 @@ async fn run_instance(
             argv_prefix: spec.exec_prefix.clone(),
         },
     );
+    // Running once exec, attach and top can find it.
+    env.rep.update(kind, idx, |c| {
+        c.state = RunState::Running { started_at };
+        c.container_id = container_id.clone();
+        c.image_id = image_id;
+        c.started = !has_startup;
+        c.ready = kind == Kind::Main && !has_startup && !needs_ready_check;
+    });
     let live_fail = Arc::new(Notify::new());
     let probes = if kind == Kind::Main {
         let ip = env.facts.pod_ip.unwrap_or(Ipv4Addr::LOCALHOST);
