@@ -246,46 +246,10 @@ async fn pods_run_from_registry_images_with_podman() {
         );
         return;
     }
-    // Build (cached when nothing changed) and push the runtime image.
-    let start = Instant::now();
-    let built = images_sh(&["build", "runtime-python"]);
-    eprintln!(
-        "images.sh build runtime-python: {:.1}s\n{}",
-        start.elapsed().as_secs_f64(),
-        String::from_utf8_lossy(&built.stdout)
-    );
     let registry = Registry::start();
-    let pushed = registry.push(&["runtime-python"]);
-    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
-    let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
+    let image = python_image_in(&registry);
     let missing = format!("{}/kubeless-rs/not-pushed:1.0", registry.addr);
-    // A locally stored copy must not stand in for the registry: `Always` pulls.
-    let _ = Command::new("podman")
-        .args(["rmi", "--force", &image])
-        .output();
-
-    let state = tempfile::tempdir().unwrap();
-    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
-        .await
-        .unwrap();
-    let kc = cluster.kubeconfig_path().to_path_buf();
-    let result = tokio::task::spawn_blocking(move || {
-        checks(&kc, &image, &missing);
-    })
-    .await;
-    cluster.shutdown().await;
-    // No container of this cluster is left behind.
-    let filter = format!(
-        "label=io.devcluster.state-dir={}",
-        std::path::absolute(state.path().join("pods"))
-            .unwrap()
-            .display()
-    );
-    let left = run(Command::new("podman").args(["ps", "--all", "--quiet", "--filter", &filter]));
-    drop(registry);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
+    let left = in_container_cluster(move |kc| checks(kc, &image, &missing)).await;
     assert!(
         left.stdout.is_empty(),
         "containers left after shutdown: {}",
@@ -293,15 +257,62 @@ async fn pods_run_from_registry_images_with_podman() {
     );
 }
 
+/// Packs and pushes runtime-python to `registry` and removes any local copy of the pushed name,
+/// so that pods really pull it (pull policy `Always`); its reference.
+fn python_image_in(registry: &Registry) -> String {
+    let start = Instant::now();
+    let built = images_sh(&["build", "runtime-python"]);
+    eprintln!(
+        "images.sh build runtime-python: {:.1}s\n{}",
+        start.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&built.stdout)
+    );
+    let pushed = registry.push(&["runtime-python"]);
+    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
+    let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
+    let _ = Command::new("podman")
+        .args(["rmi", "--force", &image])
+        .output();
+    image
+}
+
+/// Runs `checks` (with the kubeconfig) against a new devcluster in container mode, shuts it
+/// down, and re-raises a failed check; `podman ps` of the containers the cluster left.
+async fn in_container_cluster(checks: impl FnOnce(&Path) + Send + 'static) -> Output {
+    let state = tempfile::tempdir().unwrap();
+    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
+        .await
+        .unwrap();
+    let kc = cluster.kubeconfig_path().to_path_buf();
+    let result = tokio::task::spawn_blocking(move || checks(&kc)).await;
+    cluster.shutdown().await;
+    let filter = format!(
+        "label=io.devcluster.state-dir={}",
+        std::path::absolute(state.path().join("pods"))
+            .unwrap()
+            .display()
+    );
+    let left = run(Command::new("podman").args(["ps", "--all", "--quiet", "--filter", &filter]));
+    if let Err(e) = result {
+        std::panic::resume_unwind(e.into_panic());
+    }
+    left
+}
+
+/// Waits for pod `name` to end; its phase.
+fn finished(kc: &Path, name: &str, limit: Duration) -> String {
+    wait_for(limit, &format!("pod {name} to finish"), || {
+        let p = jsonpath(kc, &["pod", name], "{.status.phase}");
+        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
+    })
+}
+
 fn checks(kc: &Path, image: &str, missing: &str) {
     let applied = kubectl(kc, &["apply", "-f", "-"], Some(&objects(image, missing)));
     assert!(applied.status.success(), "{}", text(&applied));
 
     // (a) The reader runs to completion from the registry image.
-    let phase = wait_for(Duration::from_secs(180), "pod reader to finish", || {
-        let p = jsonpath(kc, &["pod", "reader"], "{.status.phase}");
-        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
-    });
+    let phase = finished(kc, "reader", Duration::from_secs(180));
     let logs = kubectl(kc, &["logs", "reader"], None);
     let log = String::from_utf8_lossy(&logs.stdout).to_string();
     assert_eq!(phase, "Succeeded", "{}", text(&logs));
@@ -494,29 +505,14 @@ async fn image_pull_secrets_and_attach_stdin() {
         );
         return;
     }
-    images_sh(&["build", "runtime-python"]);
     let registry = Registry::with_auth("puller:pull-s3cret");
-    registry.push(&["runtime-python"]);
-    let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
-    let _ = Command::new("podman")
-        .args(["rmi", "--force", &image])
-        .output();
-    let state = tempfile::tempdir().unwrap();
-    let cluster = DevCluster::start(Options::for_tests(state.path()).with_containers())
-        .await
-        .unwrap();
-    let kc = cluster.kubeconfig_path().to_path_buf();
+    let image = python_image_in(&registry);
     let addr = registry.addr.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        pull_secret_checks(&kc, &addr, &image);
-        attach_stdin_checks(&kc, &image);
+    in_container_cluster(move |kc| {
+        pull_secret_checks(kc, &addr, &image);
+        attach_stdin_checks(kc, &image);
     })
     .await;
-    cluster.shutdown().await;
-    drop(registry);
-    if let Err(e) = result {
-        std::panic::resume_unwind(e.into_panic());
-    }
 }
 
 fn pull_secret_checks(kc: &Path, registry: &str, image: &str) {
@@ -559,14 +555,7 @@ data:
     let applied = kubectl(kc, &["apply", "-f", "-"], Some(&objects));
     assert!(applied.status.success(), "{}", text(&applied));
 
-    let phase = wait_for(
-        Duration::from_secs(180),
-        "pod with-secret to finish",
-        || {
-            let p = jsonpath(kc, &["pod", "with-secret"], "{.status.phase}");
-            matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
-        },
-    );
+    let phase = finished(kc, "with-secret", Duration::from_secs(180));
     let logs = kubectl(kc, &["logs", "with-secret"], None);
     assert_eq!(phase, "Succeeded", "{}", text(&logs));
     assert!(
@@ -653,10 +642,7 @@ spec:
         .unwrap();
     let out = attach.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let phase = wait_for(Duration::from_secs(60), "pod reader to finish", || {
-        let p = jsonpath(kc, &["pod", "reader"], "{.status.phase}");
-        matches!(p.as_str(), "Succeeded" | "Failed").then_some(p)
-    });
+    let phase = finished(kc, "reader", Duration::from_secs(60));
     let logs = kubectl(kc, &["logs", "reader"], None);
     let log = String::from_utf8_lossy(&logs.stdout);
     assert_eq!(phase, "Succeeded", "{}", text(&logs));
