@@ -5,51 +5,19 @@
 
 use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use devcluster::{DevCluster, Options};
-
-fn kubectl_cmd(kubeconfig: &Path, args: &[&str]) -> Command {
-    let mut c = Command::new("kubectl");
-    c.arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    c
-}
+use kubeless_testkit::{kubectl_cmd, output_text as text};
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    kubectl_cmd(kubeconfig, args)
-        .output()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client")
+    kubeless_testkit::kubectl(kubeconfig, args, None)
 }
 
 fn apply(kubeconfig: &Path, yaml: &str) {
-    let mut child = kubectl_cmd(kubeconfig, &["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = kubeless_testkit::kubectl(kubeconfig, &["apply", "-f", "-"], Some(yaml));
     assert!(out.status.success(), "{}", text(&out));
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 fn wait_for(kc: &Path, pod: &str, condition: &str) {

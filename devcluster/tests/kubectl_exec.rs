@@ -2,46 +2,8 @@
 //! Stock kubectl into a pod the runner started: `kubectl exec` runs the command
 //! with the container's env and working directory and returns its exit code.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
 use devcluster::{DevCluster, Options};
-
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use kubeless_testkit::{kubectl, output_text as text};
 
 const POD: &str = r#"
 apiVersion: v1

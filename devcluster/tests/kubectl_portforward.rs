@@ -11,41 +11,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use devcluster::{DevCluster, Options};
-
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
+use kubeless_testkit::{kubectl, output_text};
 
 fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(o.status.success(), "{}", output_text(o));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 

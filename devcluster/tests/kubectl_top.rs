@@ -7,25 +7,10 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use devcluster::{DevCluster, Options};
+use kubeless_testkit::output_text as text;
 
 fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    kubeless_testkit::kubectl(kubeconfig, args, None)
 }
 
 fn stdout(o: &Output) -> String {

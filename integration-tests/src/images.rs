@@ -6,21 +6,13 @@
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+pub use kubeless_testkit::output_text as text;
+
 use crate::repo_root;
 
 /// scripts/images.sh.
 pub fn script() -> PathBuf {
     repo_root().join("scripts/images.sh")
-}
-
-/// The exit status, stdout and stderr of a finished command, for failure messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `cmd` with no stdin; panics with its output unless it succeeds.

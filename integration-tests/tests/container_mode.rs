@@ -25,42 +25,7 @@ use std::time::{Duration, Instant};
 
 use devcluster::{DevCluster, Options};
 use integration_tests::images::{Registry, images_sh, podman_unusable, run, text};
-
-fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=30s")
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn jsonpath(kubeconfig: &Path, what: &[&str], path: &str) -> String {
-    let mut args = vec!["get"];
-    args.extend_from_slice(what);
-    let expr = format!("jsonpath={path}");
-    args.extend(["-o", &expr]);
-    let out = kubectl(kubeconfig, &args, None);
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use kubeless_testkit::{jsonpath, kubectl};
 
 /// Polls `f` every 200 ms until it returns Some, at most `limit`.
 fn wait_for<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {

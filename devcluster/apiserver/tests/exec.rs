@@ -3,9 +3,7 @@
 //! backend standing in for the pod runner.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use devcluster_apiserver::exec::{ContainerProcess, ExecBackend};
@@ -13,6 +11,7 @@ use devcluster_apiserver::{ServerConfig, start};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::PostParams;
+use kubeless_testkit::kubectl;
 
 struct Fixed(PathBuf);
 
@@ -29,36 +28,6 @@ impl ExecBackend for Fixed {
             argv_prefix: Vec::new(),
         })
     }
-}
-
-fn kubectl(
-    kubeconfig: &std::path::Path,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> std::process::Output {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--request-timeout=20s"])
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(input.as_bytes())
-            .unwrap();
-    }
-    child.wait_with_output().unwrap()
 }
 
 #[tokio::test]

@@ -4,7 +4,6 @@
 //! and with an HTTP/1.1 upgrade passed through to the backend. The backend is
 //! spoken to in HTTP/1.1 whatever the client used.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -133,24 +132,7 @@ fn streamed(a: &'static str, b: &'static str) -> H2Body {
 }
 
 fn kubectl(kubeconfig: &std::path::Path, args: &[&str], stdin: &str) -> std::process::Output {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--request-timeout=20s")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl is missing: apt-get install -y kubernetes-client");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    kubeless_testkit::kubectl(kubeconfig, args, Some(stdin))
 }
 
 #[tokio::test]
@@ -259,10 +241,10 @@ async fn service_and_pod_proxies_serve_http2_clients() {
         );
         let want = if i % 2 == 0 {
             // kubectl adds its --request-timeout; the query goes on as sent.
-            format!("HTTP/1.1 GET /k?timeout=20s&y=2 {host} auth=false connection=- te=- body=")
+            format!("HTTP/1.1 GET /k?timeout=30s&y=2 {host} auth=false connection=- te=- body=")
         } else {
             format!(
-                "HTTP/1.1 POST /k?timeout=20s {host} auth=false connection=- te=chunked body=from-kubectl"
+                "HTTP/1.1 POST /k?timeout=30s {host} auth=false connection=- te=chunked body=from-kubectl"
             )
         };
         assert_eq!(stdout, want, "kubectl {i}");

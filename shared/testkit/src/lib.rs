@@ -2,7 +2,8 @@
 //! ([`TestCluster`]), a recording HTTP function registered the way a function pod shows up in a
 //! cluster ([`RecordingFunction`], [`register_function`]), the real brokers on loopback
 //! ([`Tansu`], [`NatsServer`], [`Moto`]), the service binaries as child processes
-//! ([`ServiceProcess`]) and small waiting and signalling helpers.
+//! ([`ServiceProcess`]), stock kubectl ([`kubectl`], [`jsonpath`]) and small waiting and
+//! signalling helpers.
 //!
 //! Fixtures panic with a message that says what is missing and how to install it: they run only
 //! in tests, where a panic is the failure report.
@@ -11,6 +12,7 @@
 mod brokers;
 mod cluster;
 mod function;
+mod kubectl;
 mod process;
 
 pub use brokers::{MOTO_REGION, Moto, NatsServer, Tansu};
@@ -18,4 +20,5 @@ pub use brokers::{MOTO_REGION, Moto, NatsServer, Tansu};
 pub use brokers::{create_stream, read_stream};
 pub use cluster::{NS, TestCluster, TestDir, register_function};
 pub use function::{Received, RecordingFunction, Reply};
+pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};
 pub use process::{ServiceProcess, eventually, free_port, signal, target_dir};
