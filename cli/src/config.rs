@@ -93,7 +93,7 @@ pub fn runtimes_of(data: &BTreeMap<String, String>) -> Result<Vec<String>> {
     let Some(raw) = data.get("runtime-images").filter(|s| !s.trim().is_empty()) else {
         return Ok(Vec::new());
     };
-    let value: Value = serde_yaml::from_str(raw).map_err(|e| Error::Encode {
+    let value: Value = serde_yaml_ng::from_str(raw).map_err(|e| Error::Encode {
         format: "runtime-images",
         message: e.to_string(),
     })?;

@@ -61,7 +61,7 @@ pub fn manifest_files(path: &Path) -> Result<Vec<PathBuf>> {
 pub fn parse_documents(text: &str, file: &Path) -> Result<Vec<serde_json::Value>> {
     use serde::Deserialize;
     let mut out = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
         let value = serde_json::Value::deserialize(doc).map_err(|e| {
             Error::usage(format!(
                 "{} is not valid YAML: {e}. Fix the file and apply it again",

@@ -69,7 +69,7 @@ pub fn to_json<T: Serialize>(value: &T) -> Result<String> {
 }
 
 pub fn to_yaml<T: Serialize>(value: &T) -> Result<String> {
-    serde_yaml::to_string(value).map_err(|e| Error::Encode {
+    serde_yaml_ng::to_string(value).map_err(|e| Error::Encode {
         format: "yaml",
         message: e.to_string(),
     })

@@ -20,9 +20,9 @@ pub fn target_debug_dir() -> PathBuf {
 }
 
 /// Splits a multi-document YAML text into JSON values, skipping empty documents.
-pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml::Error> {
+pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_ng::Error> {
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
         let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
         if !value.is_null() {
             docs.push(value);

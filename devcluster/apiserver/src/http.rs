@@ -207,7 +207,7 @@ fn parse_json(b: &[u8]) -> Result<Value, ApiError> {
 fn parse_yaml_or_json(b: &[u8]) -> Result<Value, ApiError> {
     match serde_json::from_slice(b) {
         Ok(v) => Ok(v),
-        Err(_) => serde_yaml::from_slice(b)
+        Err(_) => serde_yaml_ng::from_slice(b)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}"))),
     }
 }

@@ -301,7 +301,7 @@ fn text(v: &Value, key: &str) -> String {
 
 fn any(v: &Value) -> Any {
     Any {
-        yaml: serde_yaml::to_string(v).unwrap_or_default(),
+        yaml: serde_yaml_ng::to_string(v).unwrap_or_default(),
     }
 }
 
@@ -563,7 +563,7 @@ mod tests {
             "x-kubernetes-group-version-kind"
         );
         let gvk: Value =
-            serde_yaml::from_str(&cm.vendor_extension[0].value.as_ref().unwrap().yaml).unwrap();
+            serde_yaml_ng::from_str(&cm.vendor_extension[0].value.as_ref().unwrap().yaml).unwrap();
         assert_eq!(
             gvk,
             json!([{"group": "", "kind": "ConfigMap", "version": "v1"}])

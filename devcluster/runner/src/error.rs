@@ -15,7 +15,7 @@ pub enum Error {
     ImageMapParse {
         path: PathBuf,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_yaml_ng::Error,
     },
     #[error("image map {path}: entry {index} has an empty image pattern")]
     ImageMapEntry { path: PathBuf, index: usize },

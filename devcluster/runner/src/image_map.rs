@@ -103,7 +103,7 @@ impl ImageMap {
 
     fn append_text(&mut self, text: &str, path: &Path) -> Result<()> {
         let parsed: Option<Vec<ImageEntry>> =
-            serde_yaml::from_str(text).map_err(|source| Error::ImageMapParse {
+            serde_yaml_ng::from_str(text).map_err(|source| Error::ImageMapParse {
                 path: path.to_path_buf(),
                 source,
             })?;

@@ -120,8 +120,8 @@ impl<'a> Resolved<'a> {
 
 impl Catalogue {
     /// Parses Kubeless's `runtime-images` JSON (YAML is accepted too, as it is a superset).
-    pub fn parse(text: &str) -> Result<Self, serde_yaml::Error> {
-        let runtimes: Vec<RuntimeInfo> = serde_yaml::from_str(text)?;
+    pub fn parse(text: &str) -> Result<Self, serde_yaml_ng::Error> {
+        let runtimes: Vec<RuntimeInfo> = serde_yaml_ng::from_str(text)?;
         Ok(Self { runtimes })
     }
 

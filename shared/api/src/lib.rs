@@ -87,12 +87,12 @@ pub const GENERATED_HEADER: &str =
 
 /// The CRDs rendered as `(file name, YAML)` pairs, one `<plural>.kubeless.io.yaml` per CRD.
 /// `crdgen` writes these and a test compares them with the committed files.
-pub fn crd_yaml_files() -> Result<Vec<(String, String)>, serde_yaml::Error> {
+pub fn crd_yaml_files() -> Result<Vec<(String, String)>, serde_yaml_ng::Error> {
     all()
         .into_iter()
         .map(|crd| {
             let name = format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"));
-            let yaml = serde_yaml::to_string(&crd)?;
+            let yaml = serde_yaml_ng::to_string(&crd)?;
             Ok((name, format!("{GENERATED_HEADER}{yaml}")))
         })
         .collect()

@@ -350,7 +350,7 @@ fn committed_yaml_parses_back_into_the_same_crds() {
         .zip(kubeless_api::all())
     {
         let parsed: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
-            serde_yaml::from_str(yaml).unwrap();
+            serde_yaml_ng::from_str(yaml).unwrap();
         assert_eq!(parsed, crd);
     }
 }

@@ -150,7 +150,7 @@ fn fixture(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+    serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
 #[test]

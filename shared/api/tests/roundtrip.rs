@@ -16,7 +16,7 @@ fn fixtures_dir() -> PathBuf {
 
 fn load(name: &str) -> Value {
     let text = std::fs::read_to_string(fixtures_dir().join(name)).unwrap();
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
+    serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The one place output may differ: kube's ObjectMeta drops `metadata.creationTimestamp: null`
@@ -40,8 +40,8 @@ fn roundtrip<T: DeserializeOwned + Serialize>(name: &str, input: &Value) {
         "{name}: changed by a deserialize/serialize round-trip"
     );
     // And through YAML text, as kubectl users see it.
-    let yaml = serde_yaml::to_string(&typed).unwrap();
-    let again: T = serde_yaml::from_str(&yaml).unwrap();
+    let yaml = serde_yaml_ng::to_string(&typed).unwrap();
+    let again: T = serde_yaml_ng::from_str(&yaml).unwrap();
     assert_eq!(serde_json::to_value(&again).unwrap(), back, "{name}: YAML");
 }
 

@@ -14,7 +14,7 @@ fn fixture<T: serde::de::DeserializeOwned>(name: &str) -> T {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
-    serde_yaml::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    serde_yaml_ng::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 #[test]

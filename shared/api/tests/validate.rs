@@ -268,7 +268,7 @@ fn every_fixture_manifest_passes() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let text = std::fs::read_to_string(&path).unwrap();
-        let value: Value = serde_yaml::from_str(&text).unwrap();
+        let value: Value = serde_yaml_ng::from_str(&text).unwrap();
         let result = match value["kind"].as_str().unwrap() {
             "Function" => validate::function(&serde_json::from_value(value).unwrap()),
             "HTTPTrigger" => validate::http_trigger(&serde_json::from_value(value).unwrap()),
