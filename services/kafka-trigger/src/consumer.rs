@@ -695,10 +695,11 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
     let lag_name: String = format!("kl-{}", spec.function).chars().take(15).collect();
     let lag_consumer = Arc::downgrade(&consumer);
     let lag_state = Arc::clone(&state);
+    let lag_cancel = stop.clone();
     std::thread::Builder::new()
         .name(lag_name)
         .spawn(move || {
-            lag_loop(&lag_consumer, &lag_state, &lag_stop_rx);
+            lag_loop(&lag_consumer, &lag_state, &lag_cancel, &lag_stop_rx);
             drop(lag_done);
         })
         .map_err(ConsumerError::Thread)?;
@@ -747,21 +748,28 @@ const LAG_STOP_WAIT: Duration = Duration::from_secs(6);
 
 /// Refreshes health and lag every `lag_interval`, the first time right away, until `stop`'s
 /// sender is dropped. Its own thread: these are blocking broker round trips (see the module
-/// docs), which must not hold up the poll thread and so the delivery of records.
+/// docs), which must not hold up the poll thread and so the delivery of records. Once the
+/// consumer is asked to stop (`cancel`) it sends no more requests, so it is usually gone before
+/// the poll thread has drained and waits for it.
 fn lag_loop(
     consumer: &Weak<BaseConsumer<GroupContext>>,
     state: &GroupState,
+    cancel: &CancellationToken,
     stop: &std::sync::mpsc::Receiver<()>,
 ) {
     let interval = state.shared.tuning.lag_interval;
     loop {
+        if cancel.is_cancelled() {
+            return;
+        }
         let Some(c) = consumer.upgrade() else { return };
         let started = Instant::now();
         state.update_lag_and_health(&c, &|| {
-            matches!(
-                stop.try_recv(),
-                Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
-            )
+            cancel.is_cancelled()
+                || matches!(
+                    stop.try_recv(),
+                    Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+                )
         });
         drop(c);
         tracing::debug!(group = %state.spec.group, took = ?started.elapsed(), "lag and health refreshed");
