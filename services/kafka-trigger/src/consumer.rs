@@ -20,6 +20,12 @@
 //! or failing partition neither grows memory nor blocks the others. Nothing is paused, so
 //! nothing prefetched is thrown away and fetched again: that refetch, from the middle of a
 //! batch, is what stalled the pause/resume flow control this replaced (see docs/kafka-trigger.md).
+//!
+//! Lag and health: a second thread per group asks the broker for the topic's metadata and each
+//! partition's high watermark every `lag_interval`. These calls block, and a broker answers the
+//! requests of one connection in order: behind a fetch it holds for `fetch.wait.max.ms` (500 ms)
+//! at the end of a partition, each waits up to that long. On the poll thread one round (metadata
+//! and 4 watermarks) stopped delivery for about 2.5 s; see docs/kafka-trigger.md.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -529,9 +535,15 @@ impl GroupState {
         }
     }
 
-    fn update_lag_and_health(&self, consumer: &BaseConsumer<GroupContext>) {
+    /// Checks the topic's metadata (health), then each owned partition's high watermark (lag).
+    /// Blocking broker round trips; `stopped` is asked between them.
+    fn update_lag_and_health(
+        &self,
+        consumer: &BaseConsumer<GroupContext>,
+        stopped: &dyn Fn() -> bool,
+    ) {
         let topic = &self.spec.topic;
-        let health = match consumer.fetch_metadata(Some(topic), Duration::from_secs(3)) {
+        let health = match consumer.fetch_metadata(Some(topic), LAG_QUERY_TIMEOUT) {
             Err(e) => Health::Unavailable(format!("cannot reach the brokers: {e}")),
             Ok(md) => match md.topics().iter().find(|t| t.name() == topic) {
                 Some(t) if t.error().is_none() && !t.partitions().is_empty() => Health::Ok,
@@ -545,6 +557,10 @@ impl GroupState {
                 None => Health::Unavailable(format!("topic {topic} does not exist")),
             },
         };
+        if stopped() {
+            // The stopping poll thread removes the group's entry: do not bring it back.
+            return;
+        }
         let ok = health == Health::Ok;
         set_health(&self.shared.health, &self.spec.group, health);
         if !ok {
@@ -555,11 +571,18 @@ impl GroupState {
             .map(|(p, w)| (*p, lock(&w.tracker).position()))
             .collect();
         for (p, pos) in positions {
-            if let (Ok((_, high)), Some(pos)) = (
-                consumer.fetch_watermarks(topic, p, Duration::from_secs(1)),
-                pos,
-            ) {
-                self.metrics.set_lag(p, high - pos);
+            if stopped() {
+                return;
+            }
+            if let (Ok((_, high)), Some(pos)) =
+                (consumer.fetch_watermarks(topic, p, LAG_QUERY_TIMEOUT), pos)
+            {
+                // Only while the partition is still ours: a revoke forgets its series after
+                // removing it from `parts`, so a late answer must not bring the series back.
+                let parts = lock(&self.parts);
+                if parts.contains_key(&p) {
+                    self.metrics.set_lag(p, high - pos);
+                }
             }
         }
     }
@@ -665,11 +688,37 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
     let thread_stop = stop.clone();
     let drained = CancellationToken::new();
     let thread_drained = drained.clone();
+    // The lag thread runs until `lag_stop` is dropped (by the poll thread when it ends); it
+    // drops `lag_done` when it returns.
+    let (lag_stop, lag_stop_rx) = std::sync::mpsc::channel::<()>();
+    let (lag_done, lag_done_rx) = std::sync::mpsc::channel::<()>();
+    let lag_name: String = format!("kl-{}", spec.function).chars().take(15).collect();
+    let lag_consumer = Arc::downgrade(&consumer);
+    let lag_state = Arc::clone(&state);
+    let lag_cancel = stop.clone();
+    std::thread::Builder::new()
+        .name(lag_name)
+        .spawn(move || {
+            lag_loop(&lag_consumer, &lag_state, &lag_cancel, &lag_stop_rx);
+            drop(lag_done);
+        })
+        .map_err(ConsumerError::Thread)?;
     let name: String = format!("kt-{}", spec.function).chars().take(15).collect();
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             poll_loop(&consumer, &state, &thread_stop, &thread_drained);
+            // The lag thread holds the consumer only during a round: wait for it to end so that
+            // the drop below is the last one. A round stuck on a dead broker is not waited for
+            // past LAG_STOP_WAIT; the consumer is then closed when that round returns.
+            drop(lag_stop);
+            let _ = lag_done_rx.recv_timeout(LAG_STOP_WAIT);
+            // After the lag thread, which would otherwise set it again.
+            let _ = state
+                .shared
+                .health
+                .lock()
+                .map(|mut m| m.remove(&state.spec.group));
             // Dropping the consumer leaves the group (its revoke finds nothing left to drain).
             drop(consumer);
             state.shared.metrics.consumers.dec();
@@ -688,8 +737,48 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
 
 /// Records taken from one queue before the loop moves on (fairness between partitions).
 const POLL_BUDGET: usize = 512;
-/// Longest sleep of an idle poll thread (commits and lag checks are due on time).
+/// Longest sleep of an idle poll thread (commits are due on time).
 const IDLE_WAIT: Duration = Duration::from_millis(50);
+/// Timeout of each request of a lag round. Well above `fetch.wait.max.ms` (500 ms), which the
+/// request may wait behind: an in-flight request that times out makes librdkafka drop the
+/// connection (`socket.max.fails` = 1), and with it the fetches in flight.
+const LAG_QUERY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stopping poll thread waits for the lag thread's current request.
+const LAG_STOP_WAIT: Duration = Duration::from_secs(6);
+
+/// Refreshes health and lag every `lag_interval`, the first time right away, until `stop`'s
+/// sender is dropped. Its own thread: these are blocking broker round trips (see the module
+/// docs), which must not hold up the poll thread and so the delivery of records. Once the
+/// consumer is asked to stop (`cancel`) it sends no more requests, so it is usually gone before
+/// the poll thread has drained and waits for it.
+fn lag_loop(
+    consumer: &Weak<BaseConsumer<GroupContext>>,
+    state: &GroupState,
+    cancel: &CancellationToken,
+    stop: &std::sync::mpsc::Receiver<()>,
+) {
+    let interval = state.shared.tuning.lag_interval;
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let Some(c) = consumer.upgrade() else { return };
+        let started = Instant::now();
+        state.update_lag_and_health(&c, &|| {
+            cancel.is_cancelled()
+                || matches!(
+                    stop.try_recv(),
+                    Ok(()) | Err(std::sync::mpsc::TryRecvError::Disconnected)
+                )
+        });
+        drop(c);
+        tracing::debug!(group = %state.spec.group, took = ?started.elapsed(), "lag and health refreshed");
+        match stop.recv_timeout(interval) {
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
 
 fn poll_loop(
     consumer: &BaseConsumer<GroupContext>,
@@ -699,10 +788,6 @@ fn poll_loop(
 ) {
     let tuning = state.shared.tuning.clone();
     let mut last_commit = Instant::now();
-    // First health check right away.
-    let mut last_lag = Instant::now()
-        .checked_sub(tuning.lag_interval)
-        .unwrap_or_else(Instant::now);
     while !stop.is_cancelled() {
         // The consumer queue first: rebalances and commit results are served here, and any
         // record that arrived before its partition's queue was split is older than that
@@ -741,20 +826,11 @@ fn poll_loop(
                 }
             }
         }
-        if last_lag.elapsed() >= tuning.lag_interval {
-            last_lag = Instant::now();
-            state.update_lag_and_health(consumer);
-        }
         if !busy {
             state.wake.wait(IDLE_WAIT);
         }
     }
     let all: Vec<i32> = lock(&state.parts).keys().copied().collect();
     state.release(consumer, &all, Some(drained));
-    let _ = state
-        .shared
-        .health
-        .lock()
-        .map(|mut m| m.remove(&state.spec.group));
     tracing::info!(group = %state.spec.group, "consumer stopped");
 }
