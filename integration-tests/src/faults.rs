@@ -214,7 +214,7 @@ pub async fn run_schedule(
     let start = Instant::now();
     let want = deliverable();
     let mut progress = Progress::new(function);
-    eprintln!("{case}: seed {seed} (FAULT_SEED={seed} repeats this schedule)");
+    kubeless_testkit::report!("{case}: seed {seed} (FAULT_SEED={seed} repeats this schedule)");
     for (at, fault) in schedule(seed) {
         let threshold = (want as f64 * at) as usize;
         let deadline = Instant::now() + timeout;
@@ -229,7 +229,7 @@ pub async fn run_schedule(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let now = progress.delivered();
-        eprintln!(
+        kubeless_testkit::report!(
             "{case}: {:>6.1} s {now:>6} of {want} delivered: {fault:?}",
             start.elapsed().as_secs_f64()
         );
@@ -250,7 +250,7 @@ pub async fn run_schedule(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = start.elapsed();
-    eprintln!(
+    kubeless_testkit::report!(
         "{case}: all {want} deliverable events answered 200 after {:.1} s",
         took.as_secs_f64()
     );
@@ -408,7 +408,7 @@ pub fn check(
     ordered: bool,
     logs: &Path,
 ) {
-    eprintln!("{case}: {counts}");
+    kubeless_testkit::report!("{case}: {counts}");
     let logs = logs.display();
     if let Err(e) = run {
         panic!("{e}; logs in {logs}");

@@ -513,7 +513,7 @@ async fn namespace_scoped_install_runs_under_its_roles() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_service_runs_from_its_image_in_container_mode() {
     if let Some(why) = podman_unusable() {
-        eprintln!(
+        kubeless_testkit::report!(
             "SKIPPED every_service_runs_from_its_image_in_container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
         );
         return;
@@ -550,7 +550,7 @@ const IMAGES: [&str; 9] = [
 fn registry_with_images() -> Registry {
     let start = Instant::now();
     let built = images_sh(&[&["build"][..], &IMAGES[..]].concat());
-    eprintln!(
+    kubeless_testkit::report!(
         "images.sh build ({} images): {:.1} s\n{}",
         IMAGES.len(),
         start.elapsed().as_secs_f64(),
@@ -559,7 +559,7 @@ fn registry_with_images() -> Registry {
     let registry = Registry::start();
     let start = Instant::now();
     let pushed = registry.push(&IMAGES);
-    eprintln!(
+    kubeless_testkit::report!(
         "images.sh push to {}: {:.1} s\n{}",
         registry.addr,
         start.elapsed().as_secs_f64(),
@@ -608,7 +608,7 @@ async fn print_idle_memory(client: &Client, mode: Mode, pods: usize) {
         }
     }
     lines.sort();
-    eprintln!(
+    kubeless_testkit::report!(
         "idle memory of each service ({mode:?}, metrics API, {} binaries):\n{}",
         if mode == Mode::Images {
             "image"

@@ -206,7 +206,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn pods_run_from_registry_images_with_podman() {
     if let Some(why) = podman_unusable() {
-        eprintln!(
+        kubeless_testkit::report!(
             "SKIPPED container_mode: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
         );
         return;
@@ -227,13 +227,13 @@ async fn pods_run_from_registry_images_with_podman() {
 fn python_image_in(registry: &Registry) -> String {
     let start = Instant::now();
     let built = images_sh(&["build", "runtime-python"]);
-    eprintln!(
+    kubeless_testkit::report!(
         "images.sh build runtime-python: {:.1}s\n{}",
         start.elapsed().as_secs_f64(),
         String::from_utf8_lossy(&built.stdout)
     );
     let pushed = registry.push(&["runtime-python"]);
-    eprintln!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
+    kubeless_testkit::report!("{}", String::from_utf8_lossy(&pushed.stdout).trim());
     let image = format!("{}/kubeless-rs/runtime-python:3.11", registry.addr);
     let _ = Command::new("podman")
         .args(["rmi", "--force", &image])
@@ -465,7 +465,7 @@ fn checks(kc: &Path, image: &str, missing: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn image_pull_secrets_and_attach_stdin() {
     if let Some(why) = podman_unusable() {
-        eprintln!(
+        kubeless_testkit::report!(
             "SKIPPED container_mode pull secrets: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
         );
         return;

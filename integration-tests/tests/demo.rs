@@ -75,7 +75,7 @@ fn demo_script_deploys_and_calls_the_example_function() {
 #[test]
 fn demo_images_installs_the_chart_from_a_registry_in_container_mode() {
     if let Some(why) = podman_unusable() {
-        eprintln!(
+        kubeless_testkit::report!(
             "SKIPPED demo --images: {why}. Install podman and runc: `source scripts/lib.sh && ensure_containers` (docs/images.md)."
         );
         return;

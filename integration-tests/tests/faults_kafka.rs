@@ -126,7 +126,7 @@ async fn kafka_trigger_loses_nothing_through_kills_a_frozen_broker_and_failing_c
         .unwrap();
     let produced = Instant::now();
     produce_all(&broker).await;
-    eprintln!(
+    kubeless_testkit::report!(
         "kafka: {EVENTS} records produced in {:.1} s",
         produced.elapsed().as_secs_f64()
     );

@@ -109,7 +109,7 @@ async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_faili
             .unwrap();
         assert_eq!(out.failed_record_count(), Some(0), "PutRecords failed some");
     }
-    eprintln!(
+    kubeless_testkit::report!(
         "kinesis: {EVENTS} records put in {:.1} s",
         put.elapsed().as_secs_f64()
     );

@@ -102,7 +102,7 @@ async fn nats_trigger_loses_nothing_through_kills_a_server_restart_and_failing_c
             ack.await.unwrap();
         }
     }
-    eprintln!(
+    kubeless_testkit::report!(
         "nats: {EVENTS} messages published to JetStream in {:.1} s",
         published.elapsed().as_secs_f64()
     );

@@ -129,8 +129,8 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
         .env("KUBELESS_IMAGE_SKIP_CARGO", "1"));
     let cached = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    println!("{stdout}");
-    println!(
+    kubeless_testkit::report!("{stdout}");
+    kubeless_testkit::report!(
         "cached rebuild of every image: {:.1} s",
         cached.as_secs_f64()
     );
@@ -160,7 +160,7 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
     .trim()
     .to_string();
     for (name, (reference, size)) in &built {
-        println!("image {name}: {:.1} MB", *size as f64 / 1e6);
+        kubeless_testkit::report!("image {name}: {:.1} MB", *size as f64 / 1e6);
         let info = inspect(reference);
         let config = &info["Config"];
         assert_eq!(config["User"], "65532:65532", "{name} runs as user 65532");
@@ -211,7 +211,7 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
     {
         let out = registry.push(&[]);
         let pushed = String::from_utf8_lossy(&out.stdout).to_string();
-        println!("{pushed}");
+        kubeless_testkit::report!("{pushed}");
         assert_eq!(
             pushed.lines().filter(|l| l.starts_with("PUSHED ")).count(),
             built.len()
@@ -280,7 +280,7 @@ fn images_build_cached_small_labelled_non_root_and_run_from_the_registry() {
                     String::from_utf8_lossy(&out.stdout),
                     String::from_utf8_lossy(&out.stderr)
                 );
-                println!("{name}: {}", version.trim());
+                kubeless_testkit::report!("{name}: {}", version.trim());
                 assert!(version.contains(expected), "{name}: {version}");
             }
         }
@@ -512,7 +512,7 @@ fn idle_memory_of_each_service_in_its_container() {
                 );
             }
         }
-        println!("{}", report.join("\n"));
+        kubeless_testkit::report!("{}", report.join("\n"));
     });
     let _ = cluster.kill();
     let _ = cluster.wait();
@@ -718,5 +718,5 @@ fn ruby_php_go_java_images_serve_a_function() {
             Err(e) => std::panic::resume_unwind(e),
         }
     }
-    println!("{}", report.join("\n"));
+    kubeless_testkit::report!("{}", report.join("\n"));
 }

@@ -179,7 +179,7 @@ async fn hostile_objects_cost_only_themselves_in_running_controllers() {
             }
         }
     }
-    println!(
+    kubeless_testkit::report!(
         "sweep: {n} hostile objects in {:.1} s; per kind (accepted, refused): {tally:?}",
         started.elapsed().as_secs_f64()
     );
@@ -205,7 +205,7 @@ async fn hostile_objects_cost_only_themselves_in_running_controllers() {
     tokio::time::sleep(window).await;
     for ((name, child), b) in children.iter().zip(before) {
         let share = (cpu_ticks(child.id()) - b) as f64 / hz / window.as_secs_f64();
-        println!(
+        kubeless_testkit::report!(
             "{name}: {:.1}% of a core while idle after the sweep",
             share * 100.0
         );

@@ -22,3 +22,13 @@ pub use cluster::{NS, TestCluster, TestDir, register_function};
 pub use function::{Received, RecordingFunction, Reply};
 pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};
 pub use process::{ServiceProcess, eventually, free_port, signal, target_dir};
+
+/// Writes a line of a test's results (its numbers, or why it was skipped) straight to stderr,
+/// past libtest's capture of `println!`/`eprintln!`, so a passing test shows it in CI's log too.
+#[macro_export]
+macro_rules! report {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
