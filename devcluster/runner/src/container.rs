@@ -158,13 +158,14 @@ async fn inspect_image(rt: &ContainerRuntime, image: &str) -> Result<Option<Imag
 }
 
 /// Makes `image` present in podman's storage as `policy` says: pulls it (`--tls-verify=false`
-/// for loopback registries) or uses what is there. Errors are `ErrImagePull` /
+/// for loopback registries, logged in with the auth file `authfile` gives, which is asked for
+/// only when a pull happens) or uses what is there. Errors are `ErrImagePull` /
 /// `ErrImageNeverPull` problems.
 pub async fn ensure_image(
     rt: &ContainerRuntime,
     image: &str,
     policy: &str,
-    authfile: Option<&std::path::Path>,
+    authfile: impl std::future::Future<Output = Option<std::path::PathBuf>>,
 ) -> Result<ImageInfo, Problem> {
     let pull_failed = |message: String| Problem {
         reason: "ErrImagePull",
@@ -191,7 +192,7 @@ pub async fn ensure_image(
     if is_loopback_registry(image) {
         args.push("--tls-verify=false");
     }
-    let authfile = authfile.map(|p| p.to_string_lossy().into_owned());
+    let authfile = authfile.await.map(|p| p.to_string_lossy().into_owned());
     if let Some(path) = &authfile {
         args.extend(["--authfile", path.as_str()]);
     }

@@ -717,44 +717,43 @@ async fn supervise_container(
     let mut pull_failures: u32 = 0;
     let mut first = true;
     loop {
-        let authfile = pull_authfile(&env, &container.name).await;
-        let info =
-            match crate::container::ensure_image(&rt, &image, policy, authfile.as_deref()).await {
-                Ok(info) => {
-                    if pull_failures > 0 || first {
-                        pod_event(
-                            &env,
-                            &container.name,
-                            false,
-                            "Pulled",
-                            &format!("Container image {image:?} is present ({policy})"),
-                        )
-                        .await;
-                    }
-                    pull_failures = 0;
-                    info
+        let authfile = pull_authfile(&env, &container.name);
+        let info = match crate::container::ensure_image(&rt, &image, policy, authfile).await {
+            Ok(info) => {
+                if pull_failures > 0 || first {
+                    pod_event(
+                        &env,
+                        &container.name,
+                        false,
+                        "Pulled",
+                        &format!("Container image {image:?} is present ({policy})"),
+                    )
+                    .await;
                 }
-                Err(p) => {
-                    pod_event(&env, &container.name, true, "Failed", &p.message).await;
-                    env.rep.update(kind, idx, |c| {
-                        c.state = RunState::waiting(p.reason, Some(p.message.clone()))
-                    });
-                    if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
-                        return None;
-                    }
-                    let delay = backoff(pull_failures);
-                    pull_failures += 1;
-                    let msg = format!("Back-off pulling image {image:?}: {}", p.message);
-                    pod_event(&env, &container.name, true, "BackOff", &msg).await;
-                    env.rep.update(kind, idx, |c| {
-                        c.state = RunState::waiting("ImagePullBackOff", Some(msg))
-                    });
-                    if wait_or_cancel(&env.cancel, delay).await {
-                        return None;
-                    }
-                    continue;
+                pull_failures = 0;
+                info
+            }
+            Err(p) => {
+                pod_event(&env, &container.name, true, "Failed", &p.message).await;
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting(p.reason, Some(p.message.clone()))
+                });
+                if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
+                    return None;
                 }
-            };
+                let delay = backoff(pull_failures);
+                pull_failures += 1;
+                let msg = format!("Back-off pulling image {image:?}: {}", p.message);
+                pod_event(&env, &container.name, true, "BackOff", &msg).await;
+                env.rep.update(kind, idx, |c| {
+                    c.state = RunState::waiting("ImagePullBackOff", Some(msg))
+                });
+                if wait_or_cancel(&env.cancel, delay).await {
+                    return None;
+                }
+                continue;
+            }
+        };
         let refs = match fetch_refs(&env.ctx, &env.facts.namespace, &container).await {
             Ok(r) => r,
             Err(msg) => {
@@ -966,27 +965,13 @@ async fn pull_authfile(env: &PodEnv, container: &str) -> Option<PathBuf> {
         .await;
     }
     let path = env.pod_dir.join("registry-auth.json");
-    match write_private(&path, auths.to_string().as_bytes()).await {
+    match write_file(&path, auths.to_string().as_bytes(), Some(0o600)) {
         Ok(()) => Some(path),
         Err(e) => {
-            tracing::warn!(error = %e, path = %path.display(), "writing the registry auth file failed");
+            tracing::warn!(error = %e, "writing the registry auth file failed");
             None
         }
     }
-}
-
-/// Writes `bytes` to a file only its owner may read (credentials).
-async fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use tokio::io::AsyncWriteExt;
-    let mut f = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .await?;
-    f.write_all(bytes).await?;
-    f.flush().await
 }
 
 /// The state of a container whose process could not be started (`StartError`, exit 128).
@@ -1435,13 +1420,23 @@ async fn fetch_refs(ctx: &Ctx, ns: &str, c: &Container) -> Result<RefData, Strin
     Ok(out)
 }
 
+/// Writes a file with `mode` (default 0644): created with it, so a secret is never readable by
+/// others in between, and set again when the file was already there.
 fn write_file(path: &Path, data: &[u8], mode: Option<i32>) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
-    std::fs::write(path, data).map_err(|e| format!("{}: {e}", path.display()))?;
     let mode = mode.unwrap_or(0o644) as u32 & 0o777;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .and_then(|mut f| f.write_all(data))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("{}: {e}", path.display()))
 }
