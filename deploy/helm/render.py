@@ -139,14 +139,14 @@ def replay(command):
             i += 1
             continue
         if a.startswith("-"):
-            raise SystemExit(f"docs/helm.md command uses {a}, which render.py cannot replay: {command}")
+            raise SystemExit(f"the helm command uses {a}, which render.py cannot replay: {command}")
         positional.append(a)
         i += 1
     if len(positional) != 2:
         raise SystemExit(f"expected `helm {sub} NAME CHART`: {command}")
     name, chart = positional
     if (REPO / chart).resolve() != CHART:
-        raise SystemExit(f"docs/helm.md command installs {chart}, not deploy/helm/kubeless: {command}")
+        raise SystemExit(f"the helm command installs {chart}, not deploy/helm/kubeless: {command}")
     values = {}
     for f in files:
         merge(values, helm_python.values_from_yaml((REPO / f).read_text()))
