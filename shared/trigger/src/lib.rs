@@ -1,8 +1,31 @@
-//! The parts every event trigger (kafka-trigger, nats-trigger, kinesis-trigger, and a trigger of
-//! your own) needs besides its broker code. Today: choosing the Functions a trigger's
-//! `functionSelector` selects ([`selector`]). The invoker, function targets and retry policy
-//! live in `kubeless-invoke`; status and Events in `kubeless-service`.
+//! The trigger runtime: everything an event trigger (kafka-trigger, nats-trigger,
+//! kinesis-trigger, the Redis Streams example, or a trigger of your own) needs besides its
+//! broker code. docs/custom-trigger.md shows how to write one.
+//!
+//! * [`controller`]: the control loop. A trigger implements [`Source`] (its CRD, a pure plan
+//!   from triggers and Functions to units, and how to start a unit); the loop watches both
+//!   kinds (guarded), starts, stops and restarts units, writes status conditions with
+//!   observedGeneration (on the Lease holder) and InvalidSpec Events, and drains on shutdown.
+//! * [`selector`]: which Functions a `functionSelector` selects (kube's own Selector).
+//! * [`deliver`]: one event to one function: retry policy, holding while the function is
+//!   unavailable, Warning Events, dead letters.
+//! * [`metrics`]: the metric families every trigger exports.
+//! * [`resolution`]: the endpoint-resolution flags and the resolver they build.
+//!
+//! Function targets, the invoker and traceparent come from `kubeless-invoke`; the service
+//! scaffold (flags, admin server, Lease election, shutdown) from `kubeless-service`.
 
+pub mod controller;
+pub mod deliver;
+pub mod metrics;
+pub mod resolution;
 pub mod selector;
 
+pub use controller::{
+    Plan, PlannedUnit, Problem, Running, Settings, Source, TriggerPlan, TriggerStatus, Unit,
+    UnitContext, UnitState, run,
+};
+pub use deliver::{Delivered, Delivery, Finished, retry_policy};
+pub use metrics::{Names, PairMetrics, TriggerMetrics};
+pub use resolution::{EndpointResolution, Resolution, ResolutionArgs};
 pub use selector::{FunctionSelector, SelectorError};

@@ -1,0 +1,220 @@
+//! One event to one function, the way every trigger delivers: the trigger's retry policy with
+//! equal jitter, holding (not failing) while the function has no endpoint, then a Warning
+//! Event and the dead letters (or a skip when the trigger names none). The dead-letter write
+//! is the broker's; it is retried with backoff until it lands or the delivery is cancelled,
+//! so a failed event is never lost in between.
+
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kubeless_api::DeliveryPolicy;
+use kubeless_api::conditions::reasons;
+use kubeless_invoke::{
+    Event, FunctionTarget, InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy,
+};
+use kubeless_service::ThrottledEvents;
+use tokio_util::sync::CancellationToken;
+
+/// First wait between dead-letter write attempts.
+const DEAD_LETTER_FIRST_WAIT: Duration = Duration::from_millis(500);
+
+/// How an event finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    Delivered,
+    DeadLettered,
+    /// Failed and the trigger has no dead-letter destination: the source moves on.
+    Skipped,
+}
+
+/// The trigger's policy as the invoker's (equal jitter, so replicas do not retry in step).
+pub fn retry_policy(p: &DeliveryPolicy) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: p.max_attempts,
+        initial_backoff: p.initial_backoff,
+        max_backoff: p.max_backoff,
+        multiplier: p.multiplier,
+        jitter: Jitter::Equal,
+    }
+}
+
+/// The function has no endpoint to take the call (no ready pod, connection refused). That is
+/// not the event's fault, so it is not dead-lettered: delivery waits, keeping order.
+pub fn function_unavailable(o: &Outcome) -> bool {
+    matches!(
+        o.error,
+        Some(InvokeError::Resolve(ResolveError::NoEndpoints { .. }))
+            | Some(InvokeError::Connect { .. })
+    )
+}
+
+/// `<metric label>: <error>` of a failed outcome ("" when it has an HTTP answer only).
+pub fn error_text(o: &Outcome) -> String {
+    o.error
+        .as_ref()
+        .map(|e| format!("{}: {e}", e.metric_label()))
+        .unwrap_or_default()
+}
+
+/// What the function last answered, for messages: the error, else `HTTP <status>`.
+pub fn last_answer(o: &Outcome) -> String {
+    let e = error_text(o);
+    if e.is_empty() {
+        o.status.map(|s| format!("HTTP {s}")).unwrap_or_default()
+    } else {
+        e
+    }
+}
+
+/// Where one (trigger, function) pair delivers, and how.
+pub struct Delivery<'a> {
+    pub invoker: &'a Invoker,
+    pub target: &'a FunctionTarget,
+    pub policy: &'a RetryPolicy,
+    /// `<namespace>/<name>` of the function, for messages.
+    pub function: &'a str,
+    /// The dead-letter destination (topic, subject, stream); `None`: failed events are skipped.
+    pub dead_letter: Option<&'a str>,
+    /// What the destination is called in messages ("topic", "stream").
+    pub dead_letter_noun: &'static str,
+    /// The trigger, which Warning Events name; `None`: no Events (benches).
+    pub regarding: Option<(&'a ThrottledEvents, &'a ObjectReference)>,
+    /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
+    pub max_wait: Duration,
+}
+
+/// What [`Delivery::deliver`] did.
+#[derive(Debug)]
+pub struct Delivered {
+    pub finished: Finished,
+    /// Failed attempts that were retried (for the `retry` count).
+    pub retries: u64,
+}
+
+impl Delivery<'_> {
+    /// Delivers `event` until it is done; `None` when `cancel` fired first (not done: the
+    /// source delivers it again later). `coordinates` names the event in logs and Events
+    /// (`topic/partition@offset`); `dead_letter` writes the failed event to the destination.
+    pub async fn deliver<F, Fut>(
+        &self,
+        event: &Event,
+        coordinates: &str,
+        cancel: &CancellationToken,
+        mut dead_letter: F,
+    ) -> Option<Delivered>
+    where
+        F: FnMut(&str, &Outcome) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let mut retries = 0u64;
+        let mut unavailable_rounds = 0u32;
+        let outcome = loop {
+            let o = tokio::select! {
+                o = self.invoker.invoke_with_retry(self.target, event, self.policy) => o,
+                _ = cancel.cancelled() => return None,
+            };
+            retries += u64::from(o.attempts.saturating_sub(1));
+            if o.is_success() {
+                return Some(Delivered {
+                    finished: Finished::Delivered,
+                    retries,
+                });
+            }
+            if !function_unavailable(&o) {
+                break o;
+            }
+            unavailable_rounds += 1;
+            if unavailable_rounds == 1 || unavailable_rounds.is_multiple_of(10) {
+                tracing::warn!(
+                    function = %self.function, event = %coordinates,
+                    error = o.error.as_ref().map(|e| e.to_string()),
+                    "function unavailable; holding the event until it answers"
+                );
+            }
+            let wait = self
+                .policy
+                .base_backoff(unavailable_rounds)
+                .min(self.max_wait);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return None,
+            }
+        };
+        let answer = last_answer(&outcome);
+        let noun = self.dead_letter_noun;
+        let fate = match self.dead_letter {
+            Some(dlq) => format!("it goes to the dead-letter {noun} {dlq}"),
+            None => format!("the trigger has no dead-letter {noun}: it is skipped"),
+        };
+        self.warn(
+            reasons::DELIVERY_FAILED,
+            "Deliver",
+            format!(
+                "function {} failed on {coordinates} after {} attempt(s) ({answer}); {fate}",
+                self.function, outcome.attempts,
+            ),
+        );
+        let Some(dlq) = self.dead_letter else {
+            tracing::error!(
+                function = %self.function, event = %coordinates, attempts = outcome.attempts,
+                error = %answer, "delivery failed and the trigger has no dead letters: SKIPPED"
+            );
+            return Some(Delivered {
+                finished: Finished::Skipped,
+                retries,
+            });
+        };
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let put = tokio::select! {
+                r = dead_letter(dlq, &outcome) => r,
+                _ = cancel.cancelled() => return None,
+            };
+            match put {
+                Ok(()) => {
+                    tracing::warn!(
+                        function = %self.function, event = %coordinates,
+                        attempts = outcome.attempts, error = %answer, dead_letter = dlq,
+                        "delivery failed; event written to the dead letters"
+                    );
+                    self.warn(
+                        reasons::DEAD_LETTERED,
+                        "DeadLetter",
+                        format!(
+                            "{coordinates} written to the dead-letter {noun} {dlq} (function {}, \
+                             {} attempt(s), {answer})",
+                            self.function, outcome.attempts,
+                        ),
+                    );
+                    return Some(Delivered {
+                        finished: Finished::DeadLettered,
+                        retries,
+                    });
+                }
+                Err(e) => tracing::error!(
+                    function = %self.function, event = %coordinates, dead_letter = dlq,
+                    attempt, error = %e,
+                    "writing the dead letter failed; retrying (the source waits)"
+                ),
+            }
+            let wait = kubeless_api::delivery::exponential_backoff(
+                DEAD_LETTER_FIRST_WAIT,
+                2.0,
+                self.max_wait,
+                attempt.saturating_add(1),
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = cancel.cancelled() => return None,
+            }
+        }
+    }
+
+    fn warn(&self, reason: &'static str, action: &'static str, note: String) {
+        if let Some((events, regarding)) = self.regarding {
+            events.warning(regarding, reason, action, note);
+        }
+    }
+}
