@@ -13,8 +13,9 @@ use kubeless_api::conditions::reasons;
 use kubeless_invoke::{Class, Event, Invoker, Outcome, RetryPolicy};
 use kubeless_service::ThrottledEvents;
 
-use crate::metrics::SubscriptionMetrics;
 use crate::plan::{SubscriptionConfig, SubscriptionKey};
+use kubeless_trigger::PairMetrics;
+use kubeless_trigger::deliver::last_answer;
 
 /// `event-namespace` of every event this service sends (Kubeless's value).
 pub const EVENT_NAMESPACE: &str = "natstriggers.kubeless.io";
@@ -60,7 +61,7 @@ pub struct Deliverer {
     pub config: Arc<SubscriptionConfig>,
     pub invoker: Invoker,
     pub nats: async_nats::Client,
-    pub metrics: SubscriptionMetrics,
+    pub metrics: PairMetrics,
     retry: RetryPolicy,
     /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None`: none published.
     events: Option<ThrottledEvents>,
@@ -72,16 +73,9 @@ impl Deliverer {
         config: Arc<SubscriptionConfig>,
         invoker: Invoker,
         nats: async_nats::Client,
-        metrics: SubscriptionMetrics,
+        metrics: PairMetrics,
     ) -> Self {
-        let p = config.policy;
-        let retry = RetryPolicy {
-            max_attempts: p.max_attempts,
-            initial_backoff: p.initial_backoff,
-            max_backoff: p.max_backoff,
-            multiplier: p.multiplier,
-            ..RetryPolicy::default()
-        };
+        let retry = kubeless_trigger::retry_policy(&config.policy);
         Self {
             key,
             config,
@@ -381,20 +375,6 @@ impl Deliverer {
         self.nats
             .publish_with_headers(reply, h, outcome.body.clone())
             .await
-    }
-}
-
-/// What the last attempt got: its HTTP status when there was one, and the error.
-fn last_answer(outcome: &Outcome) -> String {
-    let error = outcome
-        .error
-        .as_ref()
-        .map(|e| format!("{}: {e}", e.metric_label()));
-    match (outcome.status, error) {
-        (Some(s), None) => format!("status {}", s.as_u16()),
-        (Some(s), Some(e)) => format!("status {}, {e}", s.as_u16()),
-        (None, Some(e)) => e,
-        (None, None) => "no answer: the process died during the last attempt".into(),
     }
 }
 

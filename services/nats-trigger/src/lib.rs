@@ -2,8 +2,8 @@
 //!
 //! * [`plan`]: pure desired state, (triggers, functions) -> one subscription per
 //!   (trigger, function) with Kubeless's queue group `<ns>_<trigger>_<fn>_<topic>`.
-//! * [`reconciler`]: watches both kinds, starts/stops [`subscription`] tasks to match, writes
-//!   trigger status.
+//! * [`reconciler`]: the [`kubeless_trigger::Source`] of NATSTriggers: the runtime's control
+//!   loop watches both kinds, starts/stops [`subscription`] units to match and writes status.
 //! * [`subscription`]: a core NATS queue subscription (at most once) or a durable JetStream
 //!   pull consumer (at least once), bounded by `maxInFlight`.
 //! * [`deliver`]: one message -> the function call, reply, ack/nak, dead letter.
@@ -13,22 +13,19 @@
 
 pub mod connect;
 pub mod deliver;
-pub mod metrics;
 pub mod plan;
 pub mod reconciler;
 pub mod subscription;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kubeless_invoke::{ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
-use kubeless_service::{LeaseConfig, ServiceArgs, lease::LeaderElector, lease::LeaseMetrics};
-use tokio::sync::watch;
+use kubeless_invoke::Invoker;
+use kubeless_service::{LeaseConfig, ServiceArgs};
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 
 pub use connect::{ConnectError, NatsArgs};
+pub use kubeless_trigger::{Resolution, ResolutionArgs, Running};
 
 /// Name of the service (OTel service name, default Lease name).
 pub const SERVICE_NAME: &str = "nats-trigger";
@@ -42,36 +39,13 @@ pub enum Error {
     Nats(#[from] ConnectError),
 }
 
-/// How function endpoints are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EndpointResolution {
-    /// `http://<fn>.<ns>.svc.<cluster-domain>:<port>` through the Service's cluster IP.
-    Dns,
-    /// The Service's EndpointSlices, balanced per call across ready pods (needs list/watch on
-    /// endpointslices).
-    Endpointslices,
-}
-
 /// This service's flags (besides the shared ones).
 #[derive(Debug, Clone, clap::Args)]
 pub struct TriggerArgs {
     #[command(flatten)]
     pub nats: NatsArgs,
-    /// How to find a function's pods.
-    #[arg(
-        long = "endpoint-resolution",
-        env = "KUBELESS_ENDPOINT_RESOLUTION",
-        value_enum,
-        default_value_t = EndpointResolution::Endpointslices
-    )]
-    pub endpoint_resolution: EndpointResolution,
-    /// Cluster DNS domain (with --endpoint-resolution dns).
-    #[arg(
-        long = "cluster-domain",
-        env = "KUBELESS_CLUSTER_DOMAIN",
-        default_value = "cluster.local"
-    )]
-    pub cluster_domain: String,
+    #[command(flatten)]
+    pub resolution: ResolutionArgs,
     /// Seconds a stopping subscription waits for its calls in flight.
     #[arg(
         long = "drain-timeout-seconds",
@@ -116,17 +90,6 @@ impl Cli {
     }
 }
 
-/// Where function endpoints come from.
-#[derive(Clone)]
-pub enum Resolution {
-    Dns {
-        cluster_domain: String,
-    },
-    EndpointSlices,
-    /// A resolver the caller built (benches, tests).
-    Custom(Arc<dyn Resolve>),
-}
-
 /// Resolved settings of [`run`].
 #[derive(Clone)]
 pub struct Settings {
@@ -163,8 +126,7 @@ pub async fn serve(
 ) -> Result<(), Error> {
     let TriggerArgs {
         nats,
-        endpoint_resolution,
-        cluster_domain,
+        resolution,
         drain_timeout_seconds,
         resync_seconds,
     } = args;
@@ -175,10 +137,7 @@ pub async fn serve(
     let nats_client = nats.connect().await?;
     let settings = Settings {
         namespace: ctx.config.watch_namespace.clone(),
-        resolution: match endpoint_resolution {
-            EndpointResolution::Dns => Resolution::Dns { cluster_domain },
-            EndpointResolution::Endpointslices => Resolution::EndpointSlices,
-        },
+        resolution: resolution.resolution(),
         drain_timeout: Duration::from_secs(drain_timeout_seconds),
         resync: Duration::from_secs(resync_seconds.max(1)),
         lease,
@@ -208,54 +167,6 @@ pub async fn serve(
     Ok(())
 }
 
-/// A started service instance.
-pub struct Running {
-    /// `true` once the caches are synced and the first reconcile pass ran.
-    pub synced: watch::Receiver<bool>,
-    reconciler: AbortOnDropHandle<()>,
-    /// Ends by itself after shutdown (it releases the Lease).
-    election: Option<AbortOnDropHandle<()>>,
-    /// Runs until dropped.
-    endpoint_watch: Option<AbortOnDropHandle<()>>,
-    active: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Running {
-    /// Waits for every task (they end after the shutdown token is cancelled and the
-    /// subscriptions drained).
-    pub async fn join(self) {
-        let Self {
-            reconciler,
-            election,
-            endpoint_watch,
-            ..
-        } = self;
-        for t in std::iter::once(reconciler).chain(election) {
-            if let Err(e) = t.await
-                && e.is_panic()
-            {
-                tracing::warn!("a task of the service panicked");
-            }
-        }
-        drop(endpoint_watch);
-    }
-
-    /// Subscriptions in the Running state after the last reconcile pass.
-    pub fn active_subscriptions(&self) -> usize {
-        self.active.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Waits until the first reconcile pass is done.
-    pub async fn wait_synced(&mut self) {
-        let _ = self.synced.wait_for(|s| *s).await;
-    }
-
-    /// Kills everything at once, without draining or acking: what a crash does. For tests.
-    pub fn abort(self) {
-        drop(self);
-    }
-}
-
 /// Starts the reconciler (and the EndpointSlice watch or the Lease when configured); stops
 /// when `shutdown` is cancelled.
 pub fn run(
@@ -265,51 +176,31 @@ pub fn run(
     metrics: &kubeless_service::Metrics,
     shutdown: CancellationToken,
 ) -> Running {
-    let mut endpoint_watch = None;
-    let resolver: Arc<dyn Resolve> = match settings.resolution {
-        Resolution::Dns { cluster_domain } => Arc::new(ClusterDnsResolver::new(cluster_domain)),
-        Resolution::EndpointSlices => {
-            let r = Arc::new(EndpointSliceResolver::default());
-            endpoint_watch = Some(AbortOnDropHandle::new(
-                r.spawn_watch(client.clone(), settings.namespace.as_deref()),
-            ));
-            r
-        }
-        Resolution::Custom(r) => r,
-    };
-    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut election = None;
-    let leader = settings.lease.map(|lease| {
-        let election_token = shutdown.child_token();
-        let (rx, task) = LeaderElector::new(client.clone(), lease, LeaseMetrics::register(metrics))
-            .spawn(election_token);
-        election = Some(AbortOnDropHandle::new(task));
-        rx
-    });
-    let reconciler = reconciler::Reconciler {
-        client,
+    let (resolver, endpoint_watch) = settings
+        .resolution
+        .build(&client, settings.namespace.as_deref());
+    let source = reconciler::NatsSource {
+        events: kubeless_trigger::controller::throttled_events(&client, reconciler::FIELD_MANAGER),
         nats,
         invoker: Invoker::new(resolver),
-        metrics: metrics::TriggerMetrics::register(metrics),
-        namespace: settings.namespace,
+        metrics: kubeless_trigger::TriggerMetrics::register(metrics, reconciler::METRICS),
         drain_timeout: settings.drain_timeout,
-        resync: settings.resync,
-        leader,
-        active: Arc::clone(&active),
     };
-    let (synced_tx, synced) = watch::channel(false);
-    let main = tokio::spawn(async move {
-        reconciler
-            .run(shutdown, move || {
-                synced_tx.send_replace(true);
-            })
-            .await
-    });
-    Running {
-        synced,
-        reconciler: AbortOnDropHandle::new(main),
-        election,
-        endpoint_watch,
-        active,
+    let units = source.metrics.clone();
+    let mut running = kubeless_trigger::run(
+        client,
+        source,
+        kubeless_trigger::Settings {
+            namespace: settings.namespace,
+            resync: settings.resync,
+            lease: settings.lease,
+        },
+        units,
+        metrics,
+        shutdown,
+    );
+    if let Some(w) = endpoint_watch {
+        running.keep(w);
     }
+    running
 }

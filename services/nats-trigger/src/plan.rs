@@ -2,16 +2,17 @@
 //! (trigger, function) subscriptions with their configuration, and what each trigger's status
 //! should say.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kubeless_api::conditions::reasons;
 use kubeless_api::labels::consumer_group_name;
 use kubeless_api::{DeliveryPolicy, Function, NatsTrigger};
 use kubeless_invoke::FunctionTarget;
-use kubeless_trigger::FunctionSelector;
+use kubeless_trigger::{FunctionSelector, PlannedUnit, Problem};
+
+/// The desired subscriptions and what each trigger's status should say.
+pub type Plan = kubeless_trigger::Plan<SubscriptionKey, SubscriptionConfig>;
 
 /// Trigger annotation that lets the service create a missing JetStream stream (there is no
 /// spec field for it, and creating streams silently would hide typos in subjects).
@@ -78,62 +79,11 @@ pub struct SubscriptionConfig {
     pub trigger_uid: Option<String>,
 }
 
-/// Why a trigger has no subscriptions.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
-    /// A `kubeless_api::conditions::reasons` value.
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// What a trigger's status should say.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct TriggerPlan {
-    pub generation: Option<i64>,
-    /// Selected functions, sorted.
-    pub functions: Vec<String>,
-    pub problem: Option<Problem>,
-}
-
-/// The desired state.
-#[derive(Clone, Debug, Default)]
-pub struct Plan {
-    pub subscriptions: BTreeMap<SubscriptionKey, SubscriptionConfig>,
-    /// Keyed by (namespace, trigger name).
-    pub triggers: BTreeMap<(String, String), TriggerPlan>,
-}
-
 /// Computes the desired subscriptions. Functions and triggers being deleted are left out.
 pub fn plan(triggers: &[Arc<NatsTrigger>], functions: &[Arc<Function>]) -> Plan {
-    let mut out = Plan::default();
-    for t in triggers {
-        if t.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let namespace = t.namespace().unwrap_or_default();
-        let name = t.name_any();
-        let mut tp = TriggerPlan {
-            generation: t.metadata.generation,
-            ..TriggerPlan::default()
-        };
-        match plan_trigger(t, &namespace, &name, functions) {
-            Ok(subs) => {
-                tp.functions = subs.iter().map(|(k, _)| k.function.clone()).collect();
-                tp.functions.sort();
-                if subs.is_empty() {
-                    tp.problem = Some(Problem {
-                        reason: reasons::NO_FUNCTIONS_SELECTED,
-                        message: "the function selector matches no function in this namespace"
-                            .into(),
-                    });
-                }
-                out.subscriptions.extend(subs);
-            }
-            Err(problem) => tp.problem = Some(problem),
-        }
-        out.triggers.insert((namespace, name), tp);
-    }
-    out
+    Plan::build(triggers, |t, namespace, name| {
+        plan_trigger(t, namespace, name, functions)
+    })
 }
 
 fn plan_trigger(
@@ -141,11 +91,8 @@ fn plan_trigger(
     namespace: &str,
     name: &str,
     functions: &[Arc<Function>],
-) -> Result<Vec<(SubscriptionKey, SubscriptionConfig)>, Problem> {
-    let invalid = |message: String| Problem {
-        reason: reasons::INVALID_SPEC,
-        message,
-    };
+) -> Result<Vec<PlannedUnit<SubscriptionKey, SubscriptionConfig>>, Problem> {
+    let invalid = Problem::invalid_spec;
     let spec = &t.spec;
     let topic = spec.topic.trim();
     if topic.is_empty() || topic.contains(char::is_whitespace) {
@@ -161,10 +108,7 @@ fn plan_trigger(
         }
         _ => None,
     };
-    let selector = FunctionSelector::new(&spec.function_selector).map_err(|e| Problem {
-        reason: reasons::INVALID_SELECTOR,
-        message: e.to_string(),
-    })?;
+    let selector = FunctionSelector::for_trigger(&spec.function_selector)?;
     let dead_letter_subject = spec
         .dead_letter_subject
         .as_deref()
@@ -184,13 +128,7 @@ fn plan_trigger(
         .is_some_and(|v| v == "true");
 
     let mut subs = Vec::new();
-    for f in functions {
-        if f.metadata.deletion_timestamp.is_some() || f.namespace().as_deref() != Some(namespace) {
-            continue;
-        }
-        if !selector.matches(f.labels()) {
-            continue;
-        }
+    for f in selector.select(namespace, functions) {
         let function = f.name_any();
         let target = FunctionTarget::for_function(f, namespace);
         let queue_group = consumer_group_name(namespace, name, &function, &spec.topic);
@@ -222,13 +160,14 @@ fn plan_trigger(
             }
             _ => Mode::Core,
         };
-        subs.push((
-            SubscriptionKey {
+        subs.push(PlannedUnit {
+            key: SubscriptionKey {
                 namespace: namespace.to_string(),
                 trigger: name.to_string(),
                 function: function.clone(),
             },
-            SubscriptionConfig {
+            function: function.clone(),
+            config: SubscriptionConfig {
                 topic: spec.topic.clone(),
                 queue_group,
                 target,
@@ -238,7 +177,7 @@ fn plan_trigger(
                 mode,
                 trigger_uid: t.metadata.uid.clone(),
             },
-        ));
+        });
     }
     Ok(subs)
 }
@@ -283,6 +222,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 mod tests {
     use super::*;
     use kubeless_api::NatsTriggerSpec;
+    use kubeless_api::conditions::reasons;
     use serde_json::json;
 
     fn function(
@@ -331,9 +271,9 @@ mod tests {
             json!({"topic": "orders.*", "functionSelector": {"matchLabels": {"app": "x"}}}),
         );
         let p = plan(&[t], &fns());
-        let keys: Vec<String> = p.subscriptions.keys().map(|k| k.to_string()).collect();
+        let keys: Vec<String> = p.units.keys().map(|k| k.to_string()).collect();
         assert_eq!(keys, vec!["default/t->a", "default/t->b"]);
-        let a = &p.subscriptions[&SubscriptionKey {
+        let a = &p.units[&SubscriptionKey {
             namespace: "default".into(),
             trigger: "t".into(),
             function: "a".into(),
@@ -382,7 +322,7 @@ mod tests {
         let none = get("none");
         assert!(none.functions.is_empty());
         assert_eq!(none.problem.unwrap().reason, reasons::NO_FUNCTIONS_SELECTED);
-        assert_eq!(p.subscriptions.len(), 3);
+        assert_eq!(p.units.len(), 3);
     }
 
     #[test]
@@ -417,7 +357,7 @@ mod tests {
             "deadLetterSubject": "dl.>"}),
         );
         let p = plan(&[bad_sel, bad_retry, bad_ack, bad_topic, bad_dl], &fns());
-        assert!(p.subscriptions.is_empty());
+        assert!(p.units.is_empty());
         let reason = |n: &str| {
             p.triggers[&("default".to_string(), n.to_string())]
                 .problem
@@ -441,8 +381,8 @@ mod tests {
             "jetStream": {"enabled": true, "ackWait": "5s"}, "maxInFlight": 4}),
         );
         let p = plan(&[t], &fns());
-        assert_eq!(p.subscriptions.len(), 1);
-        let s = p.subscriptions.values().next().unwrap();
+        assert_eq!(p.units.len(), 1);
+        let s = p.units.values().next().unwrap();
         assert_eq!(s.dead_letter_subject.as_deref(), Some("orders.dlq"));
         assert_eq!(s.max_in_flight, 4);
         let Mode::JetStream(js) = &s.mode else {
@@ -464,7 +404,7 @@ mod tests {
         t.metadata.annotations =
             Some([(CREATE_STREAM_ANNOTATION.to_string(), "true".to_string())].into());
         let p = plan(&[Arc::new(t)], &fns());
-        let s = p.subscriptions.values().next().unwrap();
+        let s = p.units.values().next().unwrap();
         let Mode::JetStream(js) = &s.mode else {
             panic!("not jetstream")
         };
@@ -482,12 +422,7 @@ mod tests {
             "jetStream": {"enabled": false}}),
         );
         assert_eq!(
-            plan(&[t], &fns())
-                .subscriptions
-                .values()
-                .next()
-                .unwrap()
-                .mode,
+            plan(&[t], &fns()).units.values().next().unwrap().mode,
             Mode::Core
         );
     }
@@ -504,7 +439,7 @@ mod tests {
             json!({"topic": "o", "functionSelector": {"matchLabels": {"env": "prod"}}}),
         );
         let p = plan(&[t], &[Arc::new(f)]);
-        assert!(p.subscriptions.is_empty());
+        assert!(p.units.is_empty());
     }
 
     #[test]

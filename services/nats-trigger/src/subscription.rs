@@ -1,6 +1,6 @@
 //! One task per (trigger, function): a core NATS queue subscription or a durable JetStream pull
 //! consumer, at most `maxInFlight` calls at a time. Setup failures are retried with backoff
-//! and reported through [`SubState`]; stopping drains the calls in flight.
+//! and reported through the unit's state; stopping drains the calls in flight.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,63 +8,19 @@ use std::time::Duration;
 use async_nats::jetstream::{self, consumer::pull, stream};
 use futures::StreamExt;
 use kubeless_api::conditions::reasons;
-use tokio::sync::{Notify, Semaphore, watch};
+use kubeless_trigger::{StateSender, UnitContext, UnitState, UnitTask};
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
 
 use crate::deliver::Deliverer;
 use crate::plan::{JetStreamConfig, Mode};
 
-/// Where a subscription is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SubState {
-    Starting,
-    Running,
-    /// Setup failed; `reason` is a condition reason (BrokerUnavailable, SourceNotFound).
-    Failed {
-        reason: &'static str,
-        message: String,
-    },
-}
-
-/// A running subscription task.
-pub struct Subscription {
-    token: CancellationToken,
-    // Dropping a Subscription (e.g. when the reconciler task is aborted) kills its task.
-    task: AbortOnDropHandle<()>,
-    pub state: watch::Receiver<SubState>,
-}
-
-impl Subscription {
-    /// Starts the task. `changed` is notified on every state change.
-    pub fn spawn(deliverer: Deliverer, changed: Arc<Notify>, drain_timeout: Duration) -> Self {
-        let token = CancellationToken::new();
-        let (tx, state) = watch::channel(SubState::Starting);
-        let task = AbortOnDropHandle::new(tokio::spawn(run(
-            deliverer,
-            token.clone(),
-            tx,
-            changed,
-            drain_timeout,
-        )));
-        Self { token, task, state }
-    }
-
-    /// Stops taking messages and waits for the calls in flight (up to the drain timeout).
-    pub async fn stop(self) {
-        self.token.cancel();
-        if let Err(e) = self.task.await
-            && e.is_panic()
-        {
-            tracing::warn!("a subscription task panicked");
-        }
-    }
-
-    /// Kills the task without draining (what a crash does); for tests.
-    pub fn abort(&self) {
-        self.task.abort();
-    }
+/// Starts the subscription task of `deliverer` as a unit of the control loop.
+pub fn spawn(ctx: &UnitContext, deliverer: Deliverer, drain_timeout: Duration) -> UnitTask {
+    UnitTask::spawn(ctx, move |state, token| {
+        run(deliverer, token, state, drain_timeout)
+    })
 }
 
 /// Why one run of a subscription ended.
@@ -83,30 +39,12 @@ fn broker(message: impl std::fmt::Display) -> SetupFailure {
 /// How long a stopping core subscription keeps taking messages the client already received.
 const DRAIN_RECEIVE: Duration = Duration::from_millis(500);
 
-async fn run(
-    d: Deliverer,
-    token: CancellationToken,
-    state: watch::Sender<SubState>,
-    changed: Arc<Notify>,
-    drain_timeout: Duration,
-) {
-    let set_state = |s: SubState| {
-        if state.send_if_modified(|old| {
-            if *old == s {
-                false
-            } else {
-                *old = s;
-                true
-            }
-        }) {
-            changed.notify_one();
-        }
-    };
+async fn run(d: Deliverer, token: CancellationToken, state: StateSender, drain_timeout: Duration) {
     let mut backoff = Duration::from_millis(500);
     loop {
         let result = match &d.config.mode {
-            Mode::Core => run_core(&d, &token, &set_state, drain_timeout).await,
-            Mode::JetStream(js) => run_jetstream(&d, js, &token, &set_state, drain_timeout).await,
+            Mode::Core => run_core(&d, &token, &state, drain_timeout).await,
+            Mode::JetStream(js) => run_jetstream(&d, js, &token, &state, drain_timeout).await,
         };
         if token.is_cancelled() {
             return;
@@ -115,7 +53,7 @@ async fn run(
             .err()
             .unwrap_or_else(|| broker("the subscription ended"));
         tracing::warn!(subscription = %d.key, reason = failure.reason, error = %failure.message, ?backoff, "subscription failed; retrying");
-        set_state(SubState::Failed {
+        state.set(UnitState::Failed {
             reason: failure.reason,
             message: failure.message,
         });
@@ -130,7 +68,7 @@ async fn run(
 async fn run_core(
     d: &Deliverer,
     token: &CancellationToken,
-    set_state: &impl Fn(SubState),
+    state: &StateSender,
     drain_timeout: Duration,
 ) -> Result<(), SetupFailure> {
     let setup = async {
@@ -149,7 +87,7 @@ async fn run_core(
         r = setup => r?,
         _ = token.cancelled() => return Ok(()),
     };
-    set_state(SubState::Running);
+    state.set(UnitState::running());
     tracing::info!(subscription = %d.key, topic = %d.config.topic, group = %d.config.queue_group, "core NATS queue subscription running");
     let limit = Arc::new(Semaphore::new(d.config.max_in_flight as usize));
     let mut calls = JoinSet::new();
@@ -201,7 +139,7 @@ async fn run_jetstream(
     d: &Deliverer,
     cfg: &JetStreamConfig,
     token: &CancellationToken,
-    set_state: &impl Fn(SubState),
+    state: &StateSender,
     drain_timeout: Duration,
 ) -> Result<(), SetupFailure> {
     let js = jetstream::new(d.nats.clone());
@@ -225,7 +163,7 @@ async fn run_jetstream(
         r = messages => r.map_err(broker)?,
         _ = token.cancelled() => return Ok(()),
     };
-    set_state(SubState::Running);
+    state.set(UnitState::running());
     tracing::info!(subscription = %d.key, durable = %cfg.durable, "JetStream consumer running");
     let limit = Arc::new(Semaphore::new(d.config.max_in_flight as usize));
     let mut calls = JoinSet::new();

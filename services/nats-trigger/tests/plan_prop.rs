@@ -144,8 +144,8 @@ proptest! {
             }
             subscriptions += tp.functions.len();
         }
-        prop_assert_eq!(p.subscriptions.len(), subscriptions);
-        for (key, sub) in &p.subscriptions {
+        prop_assert_eq!(p.units.len(), subscriptions);
+        for (key, sub) in &p.units {
             prop_assert!(sub.max_in_flight >= 1, "{}: maxInFlight {}", key, sub.max_in_flight);
             prop_assert!(!sub.topic.trim().is_empty(), "{}: empty subject planned", key);
             let tp = &p.triggers[&(key.namespace.clone(), key.trigger.clone())];
@@ -159,6 +159,6 @@ proptest! {
         rf.reverse();
         let q = plan(&rt, &rf);
         prop_assert_eq!(&p.triggers, &q.triggers);
-        prop_assert_eq!(&p.subscriptions, &q.subscriptions);
+        prop_assert_eq!(&p.units, &q.units);
     }
 }

@@ -60,7 +60,7 @@ pub struct TriggerPlan<K> {
     pub generation: Option<i64>,
     /// Selected functions, sorted.
     pub functions: Vec<String>,
-    /// The units this trigger has in the plan.
+    /// The units this trigger has in the plan, sorted.
     pub units: Vec<K>,
     pub problem: Option<Problem>,
 }
@@ -125,6 +125,7 @@ impl<K: Ord + Clone, C> Plan<K, C> {
                     }
                     tp.functions.sort();
                     tp.functions.dedup();
+                    tp.units.sort();
                 }
                 Err(problem) => tp.problem = Some(problem),
             }

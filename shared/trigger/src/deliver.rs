@@ -57,13 +57,17 @@ pub fn error_text(o: &Outcome) -> String {
         .unwrap_or_default()
 }
 
-/// What the function last answered, for messages: the error, else `HTTP <status>`.
+/// What the function last answered, for messages: its status, the error, or both.
 pub fn last_answer(o: &Outcome) -> String {
-    let e = error_text(o);
-    if e.is_empty() {
-        o.status.map(|s| format!("HTTP {s}")).unwrap_or_default()
-    } else {
-        e
+    let error = o
+        .error
+        .as_ref()
+        .map(|e| format!("{}: {e}", e.metric_label()));
+    match (o.status, error) {
+        (Some(s), None) => format!("status {}", s.as_u16()),
+        (Some(s), Some(e)) => format!("status {}, {e}", s.as_u16()),
+        (None, Some(e)) => e,
+        (None, None) => "no answer: the process died during the last attempt".into(),
     }
 }
 

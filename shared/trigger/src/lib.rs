@@ -6,6 +6,7 @@
 //!   from triggers and Functions to units, and how to start a unit); the loop watches both
 //!   kinds (guarded), starts, stops and restarts units, writes status conditions with
 //!   observedGeneration (on the Lease holder) and InvalidSpec Events, and drains on shutdown.
+//! * [`unit`]: [`UnitTask`], a unit that is one task reporting its state.
 //! * [`selector`]: which Functions a `functionSelector` selects (kube's own Selector).
 //! * [`deliver`]: one event to one function: retry policy, holding while the function is
 //!   unavailable, Warning Events, dead letters.
@@ -20,6 +21,8 @@ pub mod deliver;
 pub mod metrics;
 pub mod resolution;
 pub mod selector;
+pub mod status;
+pub mod unit;
 
 pub use controller::{
     Plan, PlannedUnit, Problem, Running, Settings, Source, TriggerPlan, TriggerStatus, Unit,
@@ -29,3 +32,4 @@ pub use deliver::{Delivered, Delivery, Finished, retry_policy};
 pub use metrics::{Names, PairMetrics, TriggerMetrics};
 pub use resolution::{EndpointResolution, Resolution, ResolutionArgs};
 pub use selector::{FunctionSelector, SelectorError};
+pub use unit::{StateSender, UnitTask};

@@ -60,6 +60,28 @@ impl FunctionSelector {
         Ok(Self(expressions.into_iter().collect()))
     }
 
+    /// [`FunctionSelector::new`] for a trigger's plan: a bad selector is the trigger's
+    /// `InvalidSelector` problem.
+    pub fn for_trigger(selector: &LabelSelector) -> Result<Self, crate::Problem> {
+        Self::new(selector).map_err(|e| crate::Problem {
+            reason: kubeless_api::conditions::reasons::INVALID_SELECTOR,
+            message: e.to_string(),
+        })
+    }
+
+    /// The live Functions of `namespace` this selects (those being deleted are left out).
+    pub fn select<'a>(
+        &'a self,
+        namespace: &'a str,
+        functions: &'a [std::sync::Arc<kubeless_api::Function>],
+    ) -> impl Iterator<Item = &'a kubeless_api::Function> + 'a {
+        functions.iter().map(|f| &**f).filter(move |f| {
+            f.metadata.deletion_timestamp.is_none()
+                && f.metadata.namespace.as_deref() == Some(namespace)
+                && self.matches(f.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+        })
+    }
+
     /// Whether a Function with `labels` is selected.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.matches(labels)

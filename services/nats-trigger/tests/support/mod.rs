@@ -107,7 +107,7 @@ impl Replica {
         eventually(
             &format!("{n} running subscriptions"),
             Duration::from_secs(30),
-            || async { (r.active_subscriptions() == n).then_some(()) },
+            || async { (r.active_units() == n).then_some(()) },
         )
         .await;
     }
