@@ -10,12 +10,14 @@ use aws_sdk_kinesis::primitives::Blob;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use kubeless_api::DeliveryPolicy;
-use kubeless_invoke::{Event, InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy};
+use kubeless_invoke::{Event, Invoker, Outcome};
+use kubeless_trigger::deliver::error_text;
+use kubeless_trigger::metrics::outcome;
+use kubeless_trigger::{Delivery, Finished, PairMetrics, retry_policy};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{TriggerMetrics, outcome};
+use crate::metrics::StreamMetrics;
 use crate::plan::ReaderConfig;
 
 /// `event-namespace` of every event this trigger sends.
@@ -107,41 +109,15 @@ impl DeadLetter {
     }
 }
 
-/// How a record finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finished {
-    Delivered,
-    DeadLettered,
-    Skipped,
-}
-
-/// The trigger's policy as the invoker's (equal jitter).
-pub fn retry_policy(p: &DeliveryPolicy) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: p.max_attempts,
-        initial_backoff: p.initial_backoff,
-        max_backoff: p.max_backoff,
-        multiplier: p.multiplier,
-        jitter: Jitter::Equal,
-    }
-}
-
-/// No pod to take the call (none ready, connection refused): not the record's fault, so it is
-/// not dead-lettered; the shard waits, keeping order.
-fn function_unavailable(o: &Outcome) -> bool {
-    matches!(
-        o.error,
-        Some(InvokeError::Resolve(ResolveError::NoEndpoints { .. }))
-            | Some(InvokeError::Connect { .. })
-    )
-}
-
 /// Calls the function and writes dead letters for one trigger.
 pub struct Deliverer {
     pub invoker: Invoker,
     pub kinesis: KinesisClient,
     pub config: std::sync::Arc<ReaderConfig>,
-    pub metrics: TriggerMetrics,
+    /// The stream-side metrics (GetRecords, iterator age, shards).
+    pub metrics: StreamMetrics,
+    /// Deliveries of this (trigger, function) pair.
+    pub pair: PairMetrics,
     /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
     pub max_wait: Duration,
     /// Warning Events on the trigger (DeliveryFailed, DeadLettered), rate-limited per trigger
@@ -155,157 +131,56 @@ impl Deliverer {
     pub async fn deliver(&self, record: &Record, cancel: &CancellationToken) -> Option<Finished> {
         let started = Instant::now();
         let config = &*self.config;
-        let label = config.label();
-        let event = record.to_event(&config.stream);
         let policy = retry_policy(&config.policy);
-        let mut unavailable_rounds = 0u32;
-        let outcome = loop {
-            let o = tokio::select! {
-                o = self.invoker.invoke_with_retry(&config.target, &event, &policy) => o,
-                _ = cancel.cancelled() => return None,
-            };
-            if o.attempts > 1 {
-                self.metrics.delivery(
-                    &label,
-                    &config.function,
-                    outcome::RETRY,
-                    u64::from(o.attempts - 1),
-                );
-            }
-            if o.is_success() {
-                self.finish(&label, started, outcome::SUCCESS);
-                return Some(Finished::Delivered);
-            }
-            if !function_unavailable(&o) {
-                break o;
-            }
-            unavailable_rounds += 1;
-            if unavailable_rounds == 1 || unavailable_rounds.is_multiple_of(10) {
-                tracing::warn!(
-                    trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
-                    error = o.error.as_ref().map(|e| e.to_string()),
-                    "function unavailable; holding the shard until it answers"
-                );
-            }
-            let wait = policy.base_backoff(unavailable_rounds).min(self.max_wait);
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = cancel.cancelled() => return None,
-            }
+        let regarding = kubeless_service::object_reference::<kubeless_api::KinesisTrigger>(
+            &config.namespace,
+            &config.trigger,
+            Some(config.trigger_uid.as_str()).filter(|u| !u.is_empty()),
+        );
+        let delivery = Delivery {
+            invoker: &self.invoker,
+            target: &config.target,
+            policy: &policy,
+            function: &config.function,
+            dead_letter: config.dead_letter_stream.as_deref(),
+            dead_letter_noun: "stream",
+            regarding: Some((&self.events, &regarding)),
+            max_wait: self.max_wait,
         };
-        let error = outcome
-            .error
-            .as_ref()
-            .map(|e| format!("{}: {e}", e.metric_label()))
-            .unwrap_or_default();
         let coordinates = format!(
-            "{}/{}@{}",
+            "record {}/{}@{}",
             config.stream, record.shard_id, record.sequence_number
         );
-        let fate = match config.dead_letter_stream.as_deref() {
-            Some(dlq) => format!("it goes to the dead-letter stream {dlq}"),
-            None => "the trigger has no deadLetterStream: it is skipped".to_string(),
-        };
-        self.warn(
-            kubeless_api::conditions::reasons::DELIVERY_FAILED,
-            "Deliver",
-            format!(
-                "function {} failed on record {coordinates} after {} attempt(s) ({}); {fate}",
-                config.function,
-                outcome.attempts,
-                if error.is_empty() {
-                    outcome
-                        .status
-                        .map(|s| format!("HTTP {s}"))
-                        .unwrap_or_default()
-                } else {
-                    error.clone()
-                },
-            ),
-        );
-        let Some(dlq) = config.dead_letter_stream.as_deref() else {
-            tracing::error!(
-                trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
-                attempts = outcome.attempts, %error,
-                "delivery failed and the trigger has no deadLetterStream: record SKIPPED"
-            );
-            self.finish(&label, started, outcome::SKIPPED);
-            return Some(Finished::Skipped);
-        };
-        let letter = DeadLetter::new(config, record, &outcome, error.clone());
-        let body = match serde_json::to_vec(&letter) {
-            Ok(b) => b,
-            Err(e) => {
-                // Serialising plain strings and numbers cannot fail; if it did, skip loudly.
-                tracing::error!(trigger = %label, error = %e, "encoding a dead letter failed: record SKIPPED");
-                self.finish(&label, started, outcome::SKIPPED);
-                return Some(Finished::Skipped);
-            }
-        };
-        let mut put_attempt = 0u32;
-        loop {
-            put_attempt += 1;
-            let put = self
-                .kinesis
-                .put_record()
-                .stream_name(dlq)
-                .partition_key(&record.partition_key)
-                .data(Blob::new(body.clone()))
-                .send();
-            let r = tokio::select! {
-                r = put => r,
-                _ = cancel.cancelled() => return None,
-            };
-            match r {
-                Ok(_) => {
-                    tracing::warn!(
-                        trigger = %label, shard = %record.shard_id, sequence = %record.sequence_number,
-                        attempts = outcome.attempts, %error, dead_letter_stream = dlq,
-                        "delivery failed; record put to the dead-letter stream"
-                    );
-                    self.warn(
-                        kubeless_api::conditions::reasons::DEAD_LETTERED,
-                        "DeadLetter",
-                        format!("record {coordinates} put to the dead-letter stream {dlq}"),
-                    );
-                    self.finish(&label, started, outcome::DEAD_LETTER);
-                    return Some(Finished::DeadLettered);
+        let event = record.to_event(&config.stream);
+        let done = delivery
+            .deliver(&event, &coordinates, cancel, |dlq, outcome| {
+                let letter = DeadLetter::new(config, record, outcome, error_text(outcome));
+                let put = serde_json::to_vec(&letter).map(|body| {
+                    self.kinesis
+                        .put_record()
+                        .stream_name(dlq)
+                        .partition_key(&record.partition_key)
+                        .data(Blob::new(body))
+                        .send()
+                });
+                async move {
+                    match put {
+                        Ok(send) => send.await.map(|_| ()).map_err(|e| crate::aws::describe(&e)),
+                        Err(e) => Err(format!("encoding the dead letter: {e}")),
+                    }
                 }
-                Err(e) => tracing::error!(
-                    trigger = %label, dead_letter_stream = dlq, attempt = put_attempt,
-                    error = %crate::aws::describe(&e),
-                    "putting to the dead-letter stream failed; retrying (the shard waits)"
-                ),
-            }
-            let wait = kubeless_api::delivery::exponential_backoff(
-                Duration::from_millis(500),
-                2.0,
-                self.max_wait,
-                put_attempt.saturating_add(1),
-            );
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = cancel.cancelled() => return None,
-            }
-        }
-    }
-
-    fn warn(&self, reason: &'static str, action: &'static str, note: String) {
-        let regarding = kubeless_service::object_reference::<kubeless_api::KinesisTrigger>(
-            &self.config.namespace,
-            &self.config.trigger,
-            Some(self.config.trigger_uid.as_str()).filter(|u| !u.is_empty()),
-        );
-        self.events.warning(&regarding, reason, action, note);
-    }
-
-    fn finish(&self, label: &str, started: Instant, what: &'static str) {
-        self.metrics.delivery(label, &self.config.function, what, 1);
-        self.metrics.observe_latency(
-            label,
-            &self.config.function,
-            started.elapsed().as_secs_f64(),
-        );
+            })
+            .await?;
+        self.pair.retry.inc_by(done.retries);
+        self.pair
+            .outcome(match done.finished {
+                Finished::Delivered => outcome::SUCCESS,
+                Finished::DeadLettered => outcome::DEAD_LETTER,
+                Finished::Skipped => outcome::SKIPPED,
+            })
+            .inc();
+        self.pair.latency.observe(started.elapsed().as_secs_f64());
+        Some(done.finished)
     }
 }
 

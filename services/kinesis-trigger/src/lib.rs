@@ -2,7 +2,8 @@
 //! KinesisTrigger names, at least once and in order per shard, resuming from checkpoints.
 //!
 //! * [`plan`]: pure, (triggers, functions) -> one reader configuration per trigger or a problem.
-//! * [`reconciler`]: watches both kinds, starts/stops [`trigger`] readers, writes status.
+//! * [`reconciler`]: the [`kubeless_trigger::Source`] of KinesisTriggers: the runtime's control
+//!   loop watches both kinds, starts/stops [`trigger`] readers and writes status.
 //! * [`trigger`]: one trigger: credentials, checkpoint store, ListShards, a [`reader`] per shard.
 //! * [`shards`]: pure, which shards may be read now (parents before children) and from where.
 //! * [`reader`]: one shard: GetRecords within the limits, deliver, checkpoint.
@@ -23,14 +24,13 @@ pub mod reconciler;
 pub mod shards;
 pub mod trigger;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kubeless_invoke::{ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
-use tokio::sync::{Notify, watch};
+use kubeless_invoke::Invoker;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::AbortOnDropHandle;
+
+pub use kubeless_trigger::{Resolution, ResolutionArgs, Running};
 
 pub use reader::Polling;
 pub use trigger::Timing;
@@ -45,34 +45,11 @@ pub enum Error {
     Client(#[source] kube::Error),
 }
 
-/// How function endpoints are found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EndpointResolution {
-    /// `http://<fn>.<ns>.svc.<cluster-domain>:<port>` through the Service's cluster IP.
-    Dns,
-    /// The Service's EndpointSlices, balanced per call across ready pods (needs list/watch on
-    /// endpointslices).
-    Endpointslices,
-}
-
 /// This service's flags (besides the shared ones).
 #[derive(Debug, Clone, clap::Args)]
 pub struct TriggerArgs {
-    /// How to find a function's pods.
-    #[arg(
-        long = "endpoint-resolution",
-        env = "KUBELESS_ENDPOINT_RESOLUTION",
-        value_enum,
-        default_value_t = EndpointResolution::Endpointslices
-    )]
-    pub endpoint_resolution: EndpointResolution,
-    /// Cluster DNS domain (with --endpoint-resolution dns).
-    #[arg(
-        long = "cluster-domain",
-        env = "KUBELESS_CLUSTER_DOMAIN",
-        default_value = "cluster.local"
-    )]
-    pub cluster_domain: String,
+    #[command(flatten)]
+    pub resolution: ResolutionArgs,
     /// Seconds between full recomputations (retries status writes; watch events trigger one
     /// at once).
     #[arg(
@@ -173,17 +150,6 @@ pub struct Cli {
     pub trigger: TriggerArgs,
 }
 
-/// Where function endpoints come from.
-#[derive(Clone)]
-pub enum Resolution {
-    Dns {
-        cluster_domain: String,
-    },
-    EndpointSlices,
-    /// A resolver the caller built (tests).
-    Custom(Arc<dyn Resolve>),
-}
-
 /// Resolved settings of [`run`].
 #[derive(Clone)]
 pub struct Settings {
@@ -213,8 +179,7 @@ impl Settings {
 pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<(), Error> {
     let timing = args.timing();
     let TriggerArgs {
-        endpoint_resolution,
-        cluster_domain,
+        resolution,
         resync_seconds,
         poll_interval_ms: _,
         idle_poll_interval_ms: _,
@@ -240,10 +205,7 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
     };
     let settings = Settings {
         namespace: ctx.config.watch_namespace.clone(),
-        resolution: match endpoint_resolution {
-            EndpointResolution::Dns => Resolution::Dns { cluster_domain },
-            EndpointResolution::Endpointslices => Resolution::EndpointSlices,
-        },
+        resolution: resolution.resolution(),
         resync: Duration::from_secs(resync_seconds.max(1)),
         timing,
         shard_leases,
@@ -260,49 +222,6 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
     Ok(())
 }
 
-/// A started service instance.
-pub struct Running {
-    /// `true` once the caches are synced and the first reconcile pass ran.
-    pub synced: watch::Receiver<bool>,
-    reconciler: AbortOnDropHandle<()>,
-    /// Runs until dropped.
-    endpoint_watch: Option<AbortOnDropHandle<()>>,
-    active: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-impl Running {
-    /// Waits until the reconciler stopped (after the shutdown token is cancelled and every
-    /// reader flushed its checkpoints).
-    pub async fn join(self) {
-        let Self {
-            reconciler,
-            endpoint_watch,
-            ..
-        } = self;
-        if let Err(e) = reconciler.await
-            && e.is_panic()
-        {
-            tracing::warn!("the reconciler panicked");
-        }
-        drop(endpoint_watch);
-    }
-
-    /// Triggers whose reader is running (after the last reconcile pass).
-    pub fn active_triggers(&self) -> usize {
-        self.active.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Waits until the first reconcile pass is done.
-    pub async fn wait_synced(&mut self) {
-        let _ = self.synced.wait_for(|s| *s).await;
-    }
-
-    /// Kills everything at once, without flushing checkpoints: what a crash does. For tests.
-    pub fn abort(self) {
-        drop(self);
-    }
-}
-
 /// Starts the reconciler (and the EndpointSlice watch when configured); stops when
 /// `shutdown` is cancelled.
 pub fn run(
@@ -311,54 +230,42 @@ pub fn run(
     metrics: &kubeless_service::Metrics,
     shutdown: CancellationToken,
 ) -> Running {
-    let mut endpoint_watch = None;
-    let resolver: Arc<dyn Resolve> = match settings.resolution {
-        Resolution::Dns { cluster_domain } => Arc::new(ClusterDnsResolver::new(cluster_domain)),
-        Resolution::EndpointSlices => {
-            let r = Arc::new(EndpointSliceResolver::default());
-            endpoint_watch = Some(AbortOnDropHandle::new(
-                r.spawn_watch(client.clone(), settings.namespace.as_deref()),
-            ));
-            r
-        }
-        Resolution::Custom(r) => r,
-    };
-    let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let reconciler = reconciler::Reconciler {
+    let (resolver, endpoint_watch) = settings
+        .resolution
+        .build(&client, settings.namespace.as_deref());
+    let runtime_metrics = kubeless_trigger::TriggerMetrics::register(metrics, metrics::METRICS);
+    let source = reconciler::KinesisSource {
         shared: trigger::Shared {
-            events: kubeless_service::ThrottledEvents::new(
-                client.clone(),
-                kube::runtime::events::Reporter {
-                    controller: reconciler::FIELD_MANAGER.into(),
-                    instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
-                },
-                kubeless_service::DEFAULT_EVENT_INTERVAL,
+            events: kubeless_trigger::controller::throttled_events(
+                &client,
+                reconciler::FIELD_MANAGER,
             ),
-            client,
+            client: client.clone(),
             invoker: Invoker::new(resolver),
-            metrics: metrics::TriggerMetrics::register(metrics),
+            metrics: metrics::StreamMetrics::register(metrics),
+            runtime_metrics: runtime_metrics.clone(),
             timing: settings.timing,
-            changed: Arc::new(Notify::new()),
             shard_leases: settings.shard_leases,
         },
-        namespace: settings.namespace,
-        resync: settings.resync,
-        active: Arc::clone(&active),
     };
-    let (synced_tx, synced) = watch::channel(false);
-    let main = tokio::spawn(async move {
-        reconciler
-            .run(shutdown, move || {
-                synced_tx.send_replace(true);
-            })
-            .await
-    });
-    Running {
-        synced,
-        reconciler: AbortOnDropHandle::new(main),
-        endpoint_watch,
-        active,
+    let mut running = kubeless_trigger::run(
+        client,
+        source,
+        kubeless_trigger::Settings {
+            namespace: settings.namespace,
+            resync: settings.resync,
+            // One active replica (the scaffold's election) or shard leases: every replica
+            // that runs writes status.
+            lease: None,
+        },
+        runtime_metrics,
+        metrics,
+        shutdown,
+    );
+    if let Some(w) = endpoint_watch {
+        running.keep(w);
     }
+    running
 }
 
 #[cfg(test)]
@@ -383,7 +290,10 @@ mod tests {
             "0",
         ])
         .unwrap();
-        assert_eq!(cli.trigger.endpoint_resolution, EndpointResolution::Dns);
+        assert_eq!(
+            cli.trigger.resolution.endpoint_resolution,
+            kubeless_trigger::EndpointResolution::Dns
+        );
         assert!(cli.service.leader_elect);
         let t = cli.trigger.timing();
         // Never more than 5 GetRecords per second per shard, whatever the flags say.
@@ -407,8 +317,8 @@ mod tests {
         let cli = Cli::try_parse_from(["kinesis-trigger"]).unwrap();
         assert!(!cli.trigger.shard_leases);
         assert_eq!(
-            cli.trigger.endpoint_resolution,
-            EndpointResolution::Endpointslices
+            cli.trigger.resolution.endpoint_resolution,
+            kubeless_trigger::EndpointResolution::Endpointslices
         );
         let t = cli.trigger.timing();
         assert_eq!(t.polling.min_interval, Duration::from_millis(250));

@@ -2,16 +2,14 @@
 //! (what it reads, where it delivers, with which policy) or the reason it cannot run. No I/O,
 //! so every rule is unit-tested.
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kube::ResourceExt;
 use kubeless_api::conditions::reasons;
 use kubeless_api::triggers::StartingPosition;
 use kubeless_api::{DeliveryPolicy, Function, KinesisTrigger};
 use kubeless_invoke::FunctionTarget;
-
-/// `(namespace, name)` of a trigger.
-pub type TriggerKey = (String, String);
+use kubeless_trigger::{PlannedUnit, Problem};
 
 /// Everything a trigger's reader needs; a change of any field restarts the reader (it resumes
 /// from the checkpoints, so a restart loses nothing).
@@ -44,20 +42,9 @@ impl ReaderConfig {
     }
 }
 
-/// Why a trigger has no reader.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// A condition reason from [`kubeless_api::conditions::reasons`].
-    pub reason: &'static str,
-    pub message: String,
-}
-
-/// What one trigger should look like.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TriggerPlan {
-    pub generation: Option<i64>,
-    pub reader: Result<ReaderConfig, Problem>,
-}
+/// The desired readers, one per runnable trigger keyed by `<namespace>/<trigger>`, and what
+/// each trigger's status should say.
+pub type Plan = kubeless_trigger::Plan<String, ReaderConfig>;
 
 /// Default region when the trigger names none (Kubeless required the field).
 pub const DEFAULT_REGION: &str = "us-east-1";
@@ -73,12 +60,9 @@ fn non_empty(s: Option<&String>) -> Option<String> {
         .map(str::to_string)
 }
 
-fn plan_one(t: &KinesisTrigger, functions: &[Function]) -> Result<ReaderConfig, Problem> {
+fn plan_one(t: &KinesisTrigger, functions: &[Arc<Function>]) -> Result<ReaderConfig, Problem> {
     let namespace = t.namespace().unwrap_or_default();
-    let invalid = |message: String| Problem {
-        reason: reasons::INVALID_SPEC,
-        message,
-    };
+    let invalid = Problem::invalid_spec;
     let stream = t.spec.stream.trim();
     if stream.is_empty() {
         return Err(invalid("stream is empty".into()));
@@ -149,24 +133,15 @@ fn plan_one(t: &KinesisTrigger, functions: &[Function]) -> Result<ReaderConfig, 
 
 /// Desired readers and statuses of every live trigger. Triggers being deleted are left out:
 /// their readers stop (and flush their checkpoints).
-pub fn plan(
-    triggers: &[std::sync::Arc<KinesisTrigger>],
-    functions: &[std::sync::Arc<Function>],
-) -> BTreeMap<TriggerKey, TriggerPlan> {
-    let functions: Vec<Function> = functions.iter().map(|f| (**f).clone()).collect();
-    triggers
-        .iter()
-        .filter(|t| t.metadata.deletion_timestamp.is_none())
-        .map(|t| {
-            (
-                (t.namespace().unwrap_or_default(), t.name_any()),
-                TriggerPlan {
-                    generation: t.metadata.generation,
-                    reader: plan_one(t, &functions),
-                },
-            )
-        })
-        .collect()
+pub fn plan(triggers: &[Arc<KinesisTrigger>], functions: &[Arc<Function>]) -> Plan {
+    Plan::build(triggers, |t, _, _| {
+        let config = plan_one(t, functions)?;
+        Ok(vec![PlannedUnit {
+            key: config.label(),
+            function: config.function.clone(),
+            config,
+        }])
+    })
 }
 
 #[cfg(test)]
@@ -174,7 +149,6 @@ mod tests {
     use super::*;
     use kubeless_api::function::DEFAULT_PORT_NAME;
     use serde_json::json;
-    use std::sync::Arc;
 
     fn trigger(spec: serde_json::Value) -> Arc<KinesisTrigger> {
         Arc::new(
@@ -203,7 +177,11 @@ mod tests {
             &[trigger(spec)],
             &[function("f", "ns"), function("g", "other")],
         );
-        p[&("ns".to_string(), "t".to_string())].reader.clone()
+        let tp = &p.triggers[&("ns".to_string(), "t".to_string())];
+        match &tp.problem {
+            Some(problem) => Err(problem.clone()),
+            None => Ok(p.units["ns/t"].clone()),
+        }
     }
 
     #[test]
@@ -271,7 +249,8 @@ mod tests {
         t.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::now(),
         ));
-        assert!(plan(&[Arc::new(t)], &[function("f", "ns")]).is_empty());
+        let p = plan(&[Arc::new(t)], &[function("f", "ns")]);
+        assert!(p.units.is_empty() && p.triggers.is_empty());
         assert_eq!(checkpoint_configmap_name("t"), "t-kinesis-checkpoints");
     }
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use kube::Client;
 use kubeless_invoke::Invoker;
-use tokio::sync::{Notify, watch};
+use kubeless_trigger::{StateSender, UnitContext, UnitState, UnitTask};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
@@ -16,24 +17,10 @@ use crate::aws::{self, ReaderError};
 use crate::checkpoint::{CheckpointStore, owner_reference};
 use crate::deliver::Deliverer;
 use crate::leases::{ShardLeaseSettings, ShardLeases, share};
-use crate::metrics::TriggerMetrics;
+use crate::metrics::StreamMetrics;
 use crate::plan::{ReaderConfig, checkpoint_configmap_name};
 use crate::reader::{Polling, ShardExit, ShardReader};
 use crate::shards::{Checkpoint, Decision, ShardInfo, StartSettings, decide};
-
-/// What a trigger's reader is doing (shown in the trigger's status).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReaderState {
-    Starting,
-    /// Reading these shards (sorted).
-    Running {
-        shards: Vec<String>,
-    },
-    Failed {
-        reason: &'static str,
-        message: String,
-    },
-}
 
 /// Timing settings of every trigger.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,60 +50,29 @@ impl Default for Timing {
 pub struct Shared {
     pub client: Client,
     pub invoker: Invoker,
-    pub metrics: TriggerMetrics,
+    pub metrics: StreamMetrics,
+    /// The runtime's delivery families.
+    pub runtime_metrics: kubeless_trigger::TriggerMetrics,
     pub timing: Timing,
-    /// Notified when a reader's state changes (the reconciler then writes status).
-    pub changed: Arc<Notify>,
     /// `Some`: share shards with other replicas through a Lease per shard.
     pub shard_leases: Option<ShardLeaseSettings>,
     /// Delivery failures and dead letters as Warning Events on the trigger.
     pub events: kubeless_service::ThrottledEvents,
 }
 
-/// A running trigger reader.
-pub struct TriggerReader {
-    pub config: Arc<ReaderConfig>,
-    pub state: watch::Receiver<ReaderState>,
-    cancel: CancellationToken,
-    /// Dropping the reader (a crash in tests) aborts it and, through it, its shard readers.
-    task: AbortOnDropHandle<()>,
-}
-
-impl TriggerReader {
-    pub fn spawn(shared: Shared, config: ReaderConfig) -> Self {
-        let config = Arc::new(config);
-        let (tx, state) = watch::channel(ReaderState::Starting);
-        let cancel = CancellationToken::new();
-        let task = AbortOnDropHandle::new(tokio::spawn(supervise(
-            shared,
-            Arc::clone(&config),
-            tx,
-            cancel.clone(),
-        )));
-        Self {
-            config,
-            state,
-            cancel,
-            task,
-        }
-    }
-
-    /// Stops the shard readers (a delivery in progress is abandoned and redelivered later) and
-    /// writes the last checkpoints.
-    pub async fn stop(self) {
-        self.cancel.cancel();
-        if let Err(e) = self.task.await
-            && e.is_panic()
-        {
-            tracing::error!(trigger = %self.config.label(), "trigger reader panicked");
-        }
-    }
+/// Starts a trigger's reader as a unit of the control loop. Stopping it stops the shard
+/// readers (a delivery in progress is abandoned and redelivered later) and writes the last
+/// checkpoints; dropping it (a crash in tests) aborts them.
+pub fn spawn(ctx: &UnitContext, shared: Shared, config: Arc<ReaderConfig>) -> UnitTask {
+    UnitTask::spawn(ctx, move |state, cancel| {
+        supervise(shared, config, state, cancel)
+    })
 }
 
 async fn supervise(
     shared: Shared,
     config: Arc<ReaderConfig>,
-    state: watch::Sender<ReaderState>,
+    state: StateSender,
     cancel: CancellationToken,
 ) {
     let label = config.label();
@@ -127,13 +83,10 @@ async fn supervise(
             Err(e) => {
                 failures += 1;
                 tracing::warn!(trigger = %label, reason = e.reason(), error = %error_chain(&e), "stream reader failed; retrying");
-                let failed = ReaderState::Failed {
+                state.set(UnitState::Failed {
                     reason: e.reason(),
                     message: error_chain(&e),
-                };
-                if state.send_replace(failed.clone()) != failed {
-                    shared.changed.notify_one();
-                }
+                });
             }
         }
         let wait = (Duration::from_secs(1) * 2u32.saturating_pow(failures.min(6)))
@@ -166,7 +119,7 @@ struct Running {
 async fn run_once(
     shared: &Shared,
     config: &Arc<ReaderConfig>,
-    state: &watch::Sender<ReaderState>,
+    state: &StateSender,
     cancel: &CancellationToken,
 ) -> Result<(), ReaderError> {
     let label = config.label();
@@ -203,6 +156,9 @@ async fn run_once(
         kinesis: kinesis.clone(),
         config: Arc::clone(config),
         metrics: shared.metrics.clone(),
+        pair: shared
+            .runtime_metrics
+            .pair(&config.label(), &config.function),
         max_wait: shared.timing.max_backoff,
         events: shared.events.clone(),
     });
@@ -294,11 +250,7 @@ async fn run_once(
         } else {
             readers.keys().cloned().collect()
         };
-        let now = ReaderState::Running { shards };
-        if *state.borrow() != now {
-            state.send_replace(now);
-            shared.changed.notify_one();
-        }
+        state.set(UnitState::Running { detail: shards });
         tokio::select! {
             _ = tokio::time::sleep(shared.timing.list_shards_interval) => {}
             _ = reader_done.notified() => {}
@@ -360,7 +312,7 @@ struct Balance<'a> {
     store: &'a Arc<CheckpointStore>,
     readers: &'a mut BTreeMap<String, Running>,
     held: &'a mut BTreeSet<String>,
-    metrics: &'a TriggerMetrics,
+    metrics: &'a StreamMetrics,
     label: &'a str,
 }
 

@@ -343,7 +343,7 @@ async fn failing_function_is_retried_then_dead_lettered() {
         lettered[0]
             .note
             .as_deref()
-            .is_some_and(|n| n.contains("put to the dead-letter stream payments-dlq")),
+            .is_some_and(|n| n.contains("written to the dead-letter stream payments-dlq")),
         "{lettered:?}"
     );
     assert!(

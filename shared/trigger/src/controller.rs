@@ -212,8 +212,13 @@ pub trait Source: Send + Sync + 'static {
     fn start(&self, key: &Self::Key, config: Arc<Self::Config>, ctx: &UnitContext) -> Self::Unit;
     /// The trigger's current status.
     fn status(trigger: &Self::Trigger) -> Option<&Self::Status>;
-    /// The Ready message of a trigger whose units all run.
-    fn ready_message(&self, trigger: &Self::Trigger, plan: &TriggerPlan<Self::Key>) -> String;
+    /// The Ready message of a trigger whose units all run; `details` are what they list.
+    fn ready_message(
+        &self,
+        trigger: &Self::Trigger,
+        plan: &TriggerPlan<Self::Key>,
+        details: &[String],
+    ) -> String;
     /// The Progressing message while units start.
     fn progressing_message(&self) -> &'static str {
         "starting"
@@ -254,6 +259,18 @@ pub fn ready_condition<K: fmt::Display>(
     c.with_generation(plan.generation)
 }
 
+/// What the running units list (a Kinesis reader's shards), in unit order.
+pub fn details<K>(states: &[(&K, Option<UnitState>)]) -> Vec<String> {
+    states
+        .iter()
+        .filter_map(|(_, s)| match s {
+            Some(UnitState::Running { detail }) => Some(detail.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
 /// The status to write, keeping `lastTransitionTime` of an unchanged condition; `None` when
 /// `current` already says it. Pure.
 pub fn desired_status<S: TriggerStatus, K: fmt::Display>(
@@ -264,15 +281,7 @@ pub fn desired_status<S: TriggerStatus, K: fmt::Display>(
 ) -> Option<S> {
     let mut next = current.cloned().unwrap_or_default();
     let mut changed = set_condition(next.conditions_mut(), ready);
-    let details: Vec<String> = states
-        .iter()
-        .filter_map(|(_, s)| match s {
-            Some(UnitState::Running { detail }) => Some(detail.iter().cloned()),
-            _ => None,
-        })
-        .flatten()
-        .collect();
-    changed |= next.set_list(&plan.functions, &details);
+    changed |= next.set_list(&plan.functions, &details(states));
     if *next.observed_generation_mut() != plan.generation {
         *next.observed_generation_mut() = plan.generation;
         changed = true;
@@ -565,7 +574,7 @@ impl<S: Source> Loop<S> {
             let ready = ready_condition(
                 tp,
                 &states,
-                || self.source.ready_message(t, tp),
+                || self.source.ready_message(t, tp, &details(&states)),
                 self.source.progressing_message(),
             );
             let Some(status) = desired_status(S::status(t), tp, &states, ready) else {

@@ -76,7 +76,7 @@ pub struct Delivery<'a> {
     pub invoker: &'a Invoker,
     pub target: &'a FunctionTarget,
     pub policy: &'a RetryPolicy,
-    /// `<namespace>/<name>` of the function, for messages.
+    /// The function's name (the Events are in its namespace), for messages.
     pub function: &'a str,
     /// The dead-letter destination (topic, subject, stream); `None`: failed events are skipped.
     pub dead_letter: Option<&'a str>,
