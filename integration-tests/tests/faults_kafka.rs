@@ -139,7 +139,7 @@ async fn kafka_trigger_loses_nothing_through_kills_a_frozen_broker_and_failing_c
             // tansu holds a join for about half the session timeout.
             ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
             ("KAFKA_COMMIT_INTERVAL_MS", "100".into()),
-            ("KUBELESS_RESOLVER", "endpointslices".into()),
+            ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
         ],
     );
     let mut freeze = Freeze {

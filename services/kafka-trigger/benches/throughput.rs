@@ -20,7 +20,7 @@ use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use kafka_trigger::{Ordering, ResolverChoice};
+use kafka_trigger::{Ordering, Resolution};
 use kubeless_invoke::{Endpoint, Event, FunctionTarget, Invoker, StaticResolver};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -437,7 +437,7 @@ fn main() {
         if let Ok(extra) = std::env::var("KT_BENCH_KAFKA_CONFIG") {
             settings.brokers.extra = extra.split(',').map(str::to_string).collect();
         }
-        settings.resolver = ResolverChoice::Custom(Arc::new(StaticResolver::single(
+        settings.resolver = Resolution::Custom(Arc::new(StaticResolver::single(
             Endpoint::parse(&format!("http://{}/", s.addr)).unwrap(),
         )));
         let metrics = kubeless_service::Metrics::new("kubeless");

@@ -38,7 +38,7 @@ use rdkafka::consumer::{
 };
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -86,16 +86,42 @@ pub enum Health {
     Unavailable(String),
 }
 
-/// Health per consumer group, read by the status writer.
-pub type HealthMap = Arc<Mutex<HashMap<String, Health>>>;
+/// Health per consumer group, read by the status writer; a change wakes the control loop.
+#[derive(Default)]
+pub struct HealthMap {
+    map: Mutex<HashMap<String, Health>>,
+    changed: Arc<Notify>,
+}
 
-fn set_health(map: &HealthMap, group: &str, h: Health) {
-    let mut m = map.lock().unwrap_or_else(|e| e.into_inner());
-    if m.get(group) != Some(&h) {
-        if let Health::Unavailable(msg) = &h {
-            tracing::warn!(group, reason = %msg, "broker unavailable for consumer");
+impl HealthMap {
+    /// A map that notifies `changed` on every change.
+    pub fn new(changed: Arc<Notify>) -> Self {
+        Self {
+            map: Mutex::default(),
+            changed,
         }
-        m.insert(group.to_string(), h);
+    }
+
+    /// The health of `group` (`None`: no consumer).
+    pub fn get(&self, group: &str) -> Option<Health> {
+        lock(&self.map).get(group).cloned()
+    }
+
+    fn set(&self, group: &str, h: Health) {
+        let mut m = lock(&self.map);
+        if m.get(group) != Some(&h) {
+            if let Health::Unavailable(msg) = &h {
+                tracing::warn!(group, reason = %msg, "broker unavailable for consumer");
+            }
+            m.insert(group.to_string(), h);
+            self.changed.notify_one();
+        }
+    }
+
+    fn remove(&self, group: &str) {
+        if lock(&self.map).remove(group).is_some() {
+            self.changed.notify_one();
+        }
     }
 }
 
@@ -107,7 +133,7 @@ pub struct Shared {
     pub metrics: TriggerMetrics,
     pub runtime: tokio::runtime::Handle,
     pub tuning: Tuning,
-    pub health: HealthMap,
+    pub health: Arc<HealthMap>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -243,8 +269,7 @@ impl ClientContext for GroupContext {
                 | Some(rdkafka::types::RDKafkaErrorCode::Authentication)
                 | Some(rdkafka::types::RDKafkaErrorCode::SSL)
         ) {
-            set_health(
-                &self.state.shared.health,
+            self.state.shared.health.set(
                 &self.state.spec.group,
                 Health::Unavailable(format!("{error}: {reason}")),
             );
@@ -436,11 +461,9 @@ impl GroupState {
             }
         }
         if let KafkaError::MessageConsumption(code) = e {
-            set_health(
-                &self.shared.health,
-                &self.spec.group,
-                Health::Unavailable(format!("{code:?}")),
-            );
+            self.shared
+                .health
+                .set(&self.spec.group, Health::Unavailable(format!("{code:?}")));
         }
     }
 
@@ -562,7 +585,7 @@ impl GroupState {
             return;
         }
         let ok = health == Health::Ok;
-        set_health(&self.shared.health, &self.spec.group, health);
+        self.shared.health.set(&self.spec.group, health);
         if !ok {
             return;
         }
@@ -682,7 +705,7 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
             topic: spec.topic.clone(),
             source,
         })?;
-    set_health(&shared.health, &spec.group, Health::Starting);
+    shared.health.set(&spec.group, Health::Starting);
     let stop = CancellationToken::new();
     let (done_tx, done_rx) = oneshot::channel();
     let thread_stop = stop.clone();
@@ -714,18 +737,12 @@ pub fn start(spec: ConsumerSpec, shared: Arc<Shared>) -> Result<ConsumerHandle, 
             drop(lag_stop);
             let _ = lag_done_rx.recv_timeout(LAG_STOP_WAIT);
             // After the lag thread, which would otherwise set it again.
-            let _ = state
-                .shared
-                .health
-                .lock()
-                .map(|mut m| m.remove(&state.spec.group));
+            state.shared.health.remove(&state.spec.group);
             // Dropping the consumer leaves the group (its revoke finds nothing left to drain).
             drop(consumer);
-            state.shared.metrics.consumers.dec();
             let _ = done_tx.send(());
         })
         .map_err(ConsumerError::Thread)?;
-    shared.metrics.consumers.inc();
     tracing::info!(group = %spec.group, topic = %spec.topic, function = %spec.function, ordering = %spec.ordering, "consumer started");
     Ok(ConsumerHandle {
         stop,

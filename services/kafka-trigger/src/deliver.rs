@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
-use kubeless_api::conditions::reasons;
-use kubeless_api::{DeliveryPolicy, KafkaTrigger};
-use kubeless_invoke::{InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy};
+use kubeless_api::KafkaTrigger;
+use kubeless_invoke::Invoker;
 use kubeless_service::ThrottledEvents;
+pub use kubeless_trigger::Finished;
+use kubeless_trigger::deliver::Failure;
+use kubeless_trigger::{Delivery, retry_policy};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
@@ -32,35 +34,6 @@ pub mod dlq_headers {
     pub const TRIGGER: &str = "kubeless-trigger";
 }
 
-/// How a record finished.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Finished {
-    Delivered,
-    DeadLettered,
-    Skipped,
-}
-
-/// The trigger's policy as the invoker's (equal jitter, so replicas do not retry in step).
-pub fn retry_policy(p: &DeliveryPolicy) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: p.max_attempts,
-        initial_backoff: p.initial_backoff,
-        max_backoff: p.max_backoff,
-        multiplier: p.multiplier,
-        jitter: Jitter::Equal,
-    }
-}
-
-/// The function has no endpoint to take the call (no ready pod, connection refused). That is
-/// not the record's fault, so it is not dead-lettered: delivery waits, keeping order.
-fn function_unavailable(o: &Outcome) -> bool {
-    matches!(
-        o.error,
-        Some(InvokeError::Resolve(ResolveError::NoEndpoints { .. }))
-            | Some(InvokeError::Connect { .. })
-    )
-}
-
 /// Calls functions and writes dead letters. One per process.
 pub struct Deliverer {
     pub invoker: Invoker,
@@ -71,21 +44,6 @@ pub struct Deliverer {
     /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None` in tests without
     /// an API server.
     pub events: Option<ThrottledEvents>,
-}
-
-/// `topic/partition@offset`, how Events and logs name a record.
-fn coordinates(record: &Record) -> String {
-    format!("{}/{}@{}", record.topic, record.partition, record.offset)
-}
-
-/// What the last attempt got: its HTTP status when there was one, and the error.
-fn last_answer(outcome: &Outcome, error: &str) -> String {
-    match (outcome.status, error.is_empty()) {
-        (Some(s), true) => format!("status {}", s.as_u16()),
-        (Some(s), false) => format!("status {}, {error}", s.as_u16()),
-        (None, false) => error.to_string(),
-        (None, true) => "no answer".to_string(),
-    }
 }
 
 impl Deliverer {
@@ -100,137 +58,48 @@ impl Deliverer {
     ) -> Option<Finished> {
         let event = record.to_event();
         let policy = retry_policy(&spec.policy);
-        let mut unavailable_rounds = 0u32;
-        let outcome = loop {
-            let outcome = tokio::select! {
-                o = self.invoker.invoke_with_retry(&spec.target, &event, &policy) => o,
-                _ = cancel.cancelled() => return None,
-            };
-            if outcome.attempts > 1 {
-                metrics.retries.inc_by(u64::from(outcome.attempts - 1));
-            }
-            if outcome.is_success() {
-                return Some(Finished::Delivered);
-            }
-            if !function_unavailable(&outcome) {
-                break outcome;
-            }
-            unavailable_rounds += 1;
-            if unavailable_rounds == 1 || unavailable_rounds.is_multiple_of(10) {
-                tracing::warn!(
-                    group = %spec.group, partition = record.partition, offset = record.offset,
-                    error = outcome.error.as_ref().map(|e| e.to_string()),
-                    "function unavailable; holding the record until it answers"
-                );
-            }
-            let wait = policy.base_backoff(unavailable_rounds).min(self.max_wait);
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = cancel.cancelled() => return None,
-            }
-        };
-        let error = outcome
-            .error
-            .as_ref()
-            .map(|e| format!("{}: {e}", e.metric_label()))
-            .unwrap_or_default();
-        let answer = last_answer(&outcome, &error);
-        let next = match spec.dead_letter_topic.as_deref() {
-            Some(dlq) => format!("sending it to the dead-letter topic {dlq}"),
-            None => "the trigger has no deadLetterTopic: record skipped".to_string(),
-        };
-        self.warn(
-            spec,
-            reasons::DELIVERY_FAILED,
-            "Deliver",
-            format!(
-                "function {} failed on record {} after {} attempt(s) ({answer}); {next}",
-                spec.function,
-                coordinates(record),
-                outcome.attempts,
-            ),
+        let regarding = kubeless_service::object_reference::<KafkaTrigger>(
+            &spec.namespace,
+            &spec.trigger,
+            spec.trigger_uid.as_deref(),
         );
-        let Some(dlq) = spec.dead_letter_topic.as_deref() else {
-            tracing::error!(
-                group = %spec.group, topic = %record.topic, partition = record.partition,
-                offset = record.offset, attempts = outcome.attempts, %error,
-                "delivery failed and the trigger has no deadLetterTopic: record SKIPPED"
-            );
-            return Some(Finished::Skipped);
+        let delivery = Delivery {
+            invoker: &self.invoker,
+            target: &spec.target,
+            policy: &policy,
+            function: &spec.function,
+            dead_letter: spec.dead_letter_topic.as_deref(),
+            dead_letter_noun: "topic",
+            regarding: self.events.as_ref().map(|e| (e, &regarding)),
+            max_wait: self.max_wait,
         };
-        let mut produce_attempt = 0u32;
-        loop {
-            produce_attempt += 1;
-            match self
-                .dead_letter(dlq, spec, record, &outcome, &error, cancel)
-                .await
-            {
-                Some(Ok(())) => {
-                    tracing::warn!(
-                        group = %spec.group, partition = record.partition, offset = record.offset,
-                        attempts = outcome.attempts, %error, dead_letter_topic = dlq,
-                        "delivery failed; record sent to the dead-letter topic"
-                    );
-                    self.warn(
-                        spec,
-                        reasons::DEAD_LETTERED,
-                        "DeadLetter",
-                        format!(
-                            "record {} sent to the dead-letter topic {dlq} (function {}, {} \
-                             attempt(s), {answer})",
-                            coordinates(record),
-                            spec.function,
-                            outcome.attempts,
-                        ),
-                    );
-                    return Some(Finished::DeadLettered);
-                }
-                Some(Err(e)) => {
-                    tracing::error!(
-                        group = %spec.group, partition = record.partition, offset = record.offset,
-                        dead_letter_topic = dlq, error = %e, attempt = produce_attempt,
-                        "producing to the dead-letter topic failed; retrying (the partition waits)"
-                    );
-                }
-                None => return None,
-            }
-            let wait = kubeless_api::delivery::exponential_backoff(
-                Duration::from_millis(500),
-                2.0,
-                self.max_wait,
-                produce_attempt.saturating_add(1),
-            );
-            tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
-                _ = cancel.cancelled() => return None,
-            }
-        }
+        let coordinates = format!(
+            "record {}/{}@{}",
+            record.topic, record.partition, record.offset
+        );
+        let done = delivery
+            .deliver(&event, &coordinates, cancel, |topic, outcome| {
+                self.dead_letter(topic, spec, record, outcome)
+            })
+            .await?;
+        metrics.retries.inc_by(done.retries);
+        Some(done.finished)
     }
 
-    /// A Warning Event on the trigger, rate-limited per trigger and reason.
-    fn warn(&self, spec: &ConsumerSpec, reason: &'static str, action: &'static str, note: String) {
-        if let Some(events) = &self.events {
-            let regarding = kubeless_service::object_reference::<KafkaTrigger>(
-                &spec.namespace,
-                &spec.trigger,
-                spec.trigger_uid.as_deref(),
-            );
-            events.warning(&regarding, reason, action, note);
-        }
-    }
-
+    /// Produces the failed record to `topic` and waits for the broker's acknowledgement.
     async fn dead_letter(
         &self,
-        topic: &str,
+        topic: String,
         spec: &ConsumerSpec,
         record: &Record,
-        outcome: &Outcome,
-        error: &str,
-        cancel: &CancellationToken,
-    ) -> Option<Result<(), String>> {
+        failure: Failure,
+    ) -> Result<(), String> {
         let Some(producer) = &self.producer else {
-            return Some(Err("no dead-letter producer configured".into()));
+            return Err("no dead-letter producer configured".into());
         };
+        let Failure {
+            attempts, error, ..
+        } = failure;
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len() + 8);
         for (k, v) in &record.headers {
             headers = headers.insert(Header {
@@ -240,8 +109,8 @@ impl Deliverer {
         }
         let partition = record.partition.to_string();
         let offset = record.offset.to_string();
-        let attempts = outcome.attempts.to_string();
-        let status = outcome.status.map(|s| s.as_u16().to_string());
+        let attempts = attempts.to_string();
+        let status = failure.status.map(|s| s.to_string());
         let function = format!("{}/{}", spec.namespace, spec.function);
         let trigger = format!("{}/{}", spec.namespace, spec.trigger);
         let mut add = |k: &str, v: &str| {
@@ -258,10 +127,10 @@ impl Deliverer {
         if let Some(s) = &status {
             add(dlq_headers::LAST_STATUS, s);
         }
-        add(dlq_headers::ERROR, error);
+        add(dlq_headers::ERROR, &error);
         add(dlq_headers::FUNCTION, &function);
         add(dlq_headers::TRIGGER, &trigger);
-        let mut fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(headers);
+        let mut fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(headers);
         if let Some(k) = record.key.as_deref() {
             fr = fr.key(k);
         }
@@ -271,10 +140,10 @@ impl Deliverer {
         if let Some(ts) = record.timestamp_ms {
             fr = fr.timestamp(ts);
         }
-        let send = producer.send(fr, Duration::from_secs(30));
-        tokio::select! {
-            r = send => Some(r.map(|_| ()).map_err(|(e, _)| e.to_string())),
-            _ = cancel.cancelled() => None,
-        }
+        producer
+            .send(fr, Duration::from_secs(30))
+            .await
+            .map(|_| ())
+            .map_err(|(e, _)| e.to_string())
     }
 }

@@ -3,9 +3,11 @@
 //! each record to the function, at least once: an offset is committed only after the
 //! function answered 2xx, or after the record went to the trigger's dead-letter topic.
 //!
-//! Layers: [`plan`] (pure: objects -> desired consumers and statuses), [`supervisor`] (start
-//! and stop consumers to match), [`consumer`] (one group: poll thread, partition lanes,
-//! offsets, rebalances), [`deliver`] (invoker call, retries, dead letters), [`status`].
+//! Layers: [`plan`] (pure: objects -> desired consumers and statuses), [`source`] (the
+//! trigger runtime's [`kubeless_trigger::Source`]: its control loop starts and stops consumers
+//! to match and writes status), [`consumer`] (one group: poll thread, partition lanes,
+//! offsets, rebalances), [`deliver`] (one record through the runtime's delivery, dead letters
+//! to Kafka).
 
 pub mod broker;
 pub mod consumer;
@@ -14,28 +16,21 @@ pub mod metrics;
 pub mod offsets;
 pub mod plan;
 pub mod record;
+pub mod source;
 
-pub mod status;
-pub mod supervisor;
-
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use clap::{Args, Parser, ValueEnum};
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Recorder, Reporter};
-use kube::{Api, Client};
-use kubeless_api::{Function, KafkaTrigger};
-use kubeless_invoke::{ClientOptions, ClusterDnsResolver, EndpointSliceResolver, Invoker, Resolve};
-use kubeless_service::lease::{LeaderElector, LeaseMetrics};
+use clap::{Args, Parser};
+use kube::Client;
+use kubeless_invoke::{ClientOptions, Invoker};
 use kubeless_service::{LeaseConfig, ServiceArgs};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::{Notify, watch};
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// Field manager of status writes and reporting controller of Events.
-pub const FIELD_MANAGER: &str = "kubeless-kafka-trigger";
+pub use kubeless_trigger::{Resolution, ResolutionArgs};
+pub use source::FIELD_MANAGER;
 
 pub use broker::BrokerArgs;
 pub use consumer::{Health, HealthMap, Tuning};
@@ -58,15 +53,6 @@ pub struct Cli {
     pub brokers: BrokerArgs,
     #[command(flatten)]
     pub trigger: TriggerArgs,
-}
-
-/// How functions are found.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResolverKind {
-    /// `<fn>.<ns>.svc.<cluster-domain>`; kube-proxy balances (per connection).
-    Dns,
-    /// Ready pod addresses from the function Service's EndpointSlices, balanced per call here.
-    Endpointslices,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -98,16 +84,8 @@ pub struct TriggerArgs {
     /// triggers whose `retry.maxBackoff` is unset.
     #[arg(long, env = "BACKOFF_INTERVAL")]
     pub backoff_interval: Option<String>,
-    #[arg(
-        long,
-        env = "KUBELESS_RESOLVER",
-        value_enum,
-        default_value = "endpointslices"
-    )]
-    pub resolver: ResolverKind,
-    /// Cluster domain for the dns resolver.
-    #[arg(long, env = "KUBELESS_CLUSTER_DOMAIN", default_value = "cluster.local")]
-    pub cluster_domain: String,
+    #[command(flatten)]
+    pub resolution: ResolutionArgs,
 }
 
 impl Cli {
@@ -121,22 +99,9 @@ impl Cli {
             brokers,
             trigger,
         } = self;
-        let mut lease = None;
-        if service.leader_elect {
-            lease = service.clone().into_config(SERVICE_NAME).lease;
-            service.leader_elect = false;
-        }
+        let lease = service.take_lease(SERVICE_NAME);
         (service, brokers, trigger, lease)
     }
-}
-
-/// How [`run`] finds function endpoints.
-#[derive(Clone)]
-pub enum ResolverChoice {
-    Dns(String),
-    EndpointSlices,
-    /// Any resolver (tests, benches).
-    Custom(Arc<dyn Resolve>),
 }
 
 /// Resolved settings of [`run`].
@@ -148,7 +113,7 @@ pub struct Settings {
     pub defaults: Defaults,
     pub max_in_flight: usize,
     pub tuning: Tuning,
-    pub resolver: ResolverChoice,
+    pub resolver: Resolution,
     /// Lease picking the status writer (several replicas); `None`: this process writes.
     pub lease: Option<LeaseConfig>,
 }
@@ -163,8 +128,6 @@ pub enum Error {
     Producer(#[source] rdkafka::error::KafkaError),
     #[error("creating the Kubernetes client failed")]
     KubeClient(#[source] kube::Error),
-    #[error("the service task failed")]
-    Join(#[source] tokio::task::JoinError),
 }
 
 impl Settings {
@@ -183,8 +146,7 @@ impl Settings {
             commit_interval_ms,
             lag_interval_seconds,
             backoff_interval,
-            resolver,
-            cluster_domain,
+            resolution,
         } = args;
         let max_backoff = backoff_interval
             .as_deref()
@@ -206,10 +168,7 @@ impl Settings {
                 commit_interval: Duration::from_millis(commit_interval_ms.max(10)),
                 lag_interval: Duration::from_secs(lag_interval_seconds.max(1)),
             },
-            resolver: match resolver {
-                ResolverKind::Dns => ResolverChoice::Dns(cluster_domain),
-                ResolverKind::Endpointslices => ResolverChoice::EndpointSlices,
-            },
+            resolver: resolution.resolution(),
             lease,
         })
     }
@@ -240,19 +199,21 @@ pub async fn serve(
 
 /// A running service.
 pub struct Running {
-    task: JoinHandle<()>,
+    inner: kubeless_trigger::Running,
     /// Consumer health per group.
-    pub health: HealthMap,
+    pub health: Arc<HealthMap>,
     /// Turns true once caches are synced and the first plan is applied.
     pub ready: watch::Receiver<bool>,
-    /// Groups running after each applied plan.
+    /// Consumer groups running in this process, sorted.
     pub groups: watch::Receiver<Vec<String>>,
 }
 
 impl Running {
     /// Waits until the service stopped (after the token is cancelled: drained and committed).
     pub async fn join(self) -> Result<(), Error> {
-        self.task.await.map_err(Error::Join)
+        self.inner.join().await;
+        tracing::info!("all consumers drained and committed");
+        Ok(())
     }
 }
 
@@ -268,17 +229,9 @@ pub async fn run(
         .producer_config()?
         .create()
         .map_err(Error::Producer)?;
-    let ns = settings.namespace.as_deref();
-    let mut background: Vec<JoinHandle<()>> = Vec::new();
-    let resolver: Arc<dyn Resolve> = match &settings.resolver {
-        ResolverChoice::Dns(domain) => Arc::new(ClusterDnsResolver::new(domain.clone())),
-        ResolverChoice::Custom(r) => Arc::clone(r),
-        ResolverChoice::EndpointSlices => {
-            let r = Arc::new(EndpointSliceResolver::default());
-            background.push(r.spawn_watch(client.clone(), ns));
-            r
-        }
-    };
+    let (resolver, endpoint_watch) = settings
+        .resolver
+        .build(&client, settings.namespace.as_deref());
     let invoker = Invoker::with_options(
         resolver,
         &ClientOptions {
@@ -286,159 +239,51 @@ pub async fn run(
             ..ClientOptions::default()
         },
     );
-    let trigger_metrics = metrics::TriggerMetrics::register(metrics);
-    let health: HealthMap = Arc::new(Mutex::new(Default::default()));
-    let reporter = Reporter {
-        controller: FIELD_MANAGER.into(),
-        instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
-    };
-    let events = kubeless_service::ThrottledEvents::new(
-        client.clone(),
-        reporter.clone(),
-        kubeless_service::DEFAULT_EVENT_INTERVAL,
-    );
+    let changed = Arc::new(Notify::new());
+    let health = Arc::new(HealthMap::new(Arc::clone(&changed)));
     let shared = Arc::new(consumer::Shared {
         brokers: settings.brokers.clone(),
         deliverer: Arc::new(deliver::Deliverer {
             invoker,
             producer: Some(producer),
             max_wait: Duration::from_secs(30),
-            events: Some(events),
+            events: Some(kubeless_trigger::controller::throttled_events(
+                &client,
+                FIELD_MANAGER,
+            )),
         }),
         in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight)),
-        metrics: trigger_metrics.clone(),
+        metrics: metrics::TriggerMetrics::register(metrics),
         runtime: tokio::runtime::Handle::current(),
         tuning: settings.tuning.clone(),
         health: Arc::clone(&health),
     });
-
-    // Caches of triggers and functions; any change wakes the reconcile loop.
-    let notify = Arc::new(Notify::new());
-    // Guarded watches: a malformed KafkaTrigger (or Function) costs only itself.
-    let (trig_reader, bad_triggers, trig_task) = kubeless_service::guarded_watch_notify::<
-        KafkaTrigger,
-    >(client.clone(), ns, Arc::clone(&notify));
-    let (fn_reader, _, fn_task) =
-        kubeless_service::guarded_watch_notify::<Function>(client.clone(), ns, Arc::clone(&notify));
-    background.push(trig_task);
-    background.push(fn_task);
-    let recorder = Recorder::new(client.clone(), reporter);
-
-    let leader = settings.lease.clone().map(|lease| {
-        let (rx, task) = LeaderElector::new(client.clone(), lease, LeaseMetrics::register(metrics))
-            .spawn(token.child_token());
-        background.push(task);
-        rx
-    });
-
-    let (ready_tx, ready_rx) = watch::channel(false);
-    let (groups_tx, groups_rx) = watch::channel(Vec::new());
-    let defaults = settings.defaults;
-    let task_health = Arc::clone(&health);
-    let task = tokio::spawn(async move {
-        let mut supervisor = supervisor::Supervisor::new(shared);
-        let ready = async {
-            let _ = trig_reader.wait_until_ready().await;
-            let _ = fn_reader.wait_until_ready().await;
-        };
-        let synced = tokio::select! {
-            _ = ready => true,
-            _ = token.cancelled() => false,
-        };
-        if synced {
-            tracing::info!("caches synced");
-            let mut tick = tokio::time::interval(Duration::from_secs(2));
-            loop {
-                let triggers: Vec<KafkaTrigger> =
-                    trig_reader.state().iter().map(|t| (**t).clone()).collect();
-                let functions: Vec<Function> =
-                    fn_reader.state().iter().map(|f| (**f).clone()).collect();
-                let desired = plan::plan(&triggers, &functions, &defaults);
-                tracing::debug!(
-                    triggers = triggers.len(), functions = functions.len(),
-                    consumers = ?desired.consumers.keys().collect::<Vec<_>>(), "plan"
-                );
-                supervisor.apply(&desired.consumers).await;
-                groups_tx.send_replace(supervisor.groups());
-                ready_tx.send_replace(true);
-                let may_write = leader.as_ref().is_none_or(|l| *l.borrow());
-                if may_write {
-                    write_statuses(&client, &triggers, &desired, &task_health, &trigger_metrics)
-                        .await;
-                    kubeless_service::report_all_invalid::<KafkaTrigger>(
-                        &client,
-                        &recorder,
-                        &bad_triggers,
-                        FIELD_MANAGER,
-                    )
-                    .await;
-                }
-                tokio::select! {
-                    _ = notify.notified() => {
-                        // Let a burst of watch events settle into one pass.
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    _ = tick.tick() => {}
-                    _ = token.cancelled() => break,
-                }
-            }
-        }
-        tracing::info!("shutting down: draining consumers");
-        supervisor.stop_all().await;
-        for b in background {
-            b.abort();
-        }
-        tracing::info!("all consumers drained and committed");
-    });
-    Ok(Running {
-        task,
-        health,
-        ready: ready_rx,
-        groups: groups_rx,
-    })
-}
-
-/// Drives one guarded watch; every change (or error, retried with backoff) wakes the loop.
-async fn write_statuses(
-    client: &Client,
-    triggers: &[KafkaTrigger],
-    desired: &plan::Plan,
-    health: &HealthMap,
-    metrics: &metrics::TriggerMetrics,
-) {
-    for tp in &desired.triggers {
-        let Some(current) = triggers.iter().find(|t| {
-            t.metadata.name.as_deref() == Some(tp.name.as_str())
-                && t.metadata.namespace.as_deref() == Some(tp.namespace.as_str())
-        }) else {
-            continue;
-        };
-        let h: Vec<Option<Health>> = {
-            let m = health.lock().unwrap_or_else(|e| e.into_inner());
-            tp.groups.iter().map(|g| m.get(g).cloned()).collect()
-        };
-        let Some(status) = status::desired_status(current.status.as_ref(), tp, &h) else {
-            continue;
-        };
-        let api: Api<KafkaTrigger> = Api::namespaced(client.clone(), &tp.namespace);
-        let patch = serde_json::json!({ "status": status });
-        match api
-            .patch_status(&tp.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {
-                metrics
-                    .status_writes
-                    .get_or_create(&[("result", "ok")])
-                    .inc();
-            }
-            Err(e) => {
-                metrics
-                    .status_writes
-                    .get_or_create(&[("result", "error")])
-                    .inc();
-                tracing::warn!(trigger = %tp.name, namespace = %tp.namespace, error = %e, "status write failed");
-            }
-        }
+    let (groups_tx, groups) = watch::channel(Vec::new());
+    let source = source::KafkaSource {
+        shared,
+        defaults: settings.defaults,
+        groups: groups_tx,
+    };
+    let mut inner = kubeless_trigger::run(
+        client,
+        source,
+        kubeless_trigger::Settings {
+            namespace: settings.namespace,
+            resync: Duration::from_secs(30),
+            lease: settings.lease,
+            changed,
+        },
+        kubeless_trigger::TriggerMetrics::register_control(metrics, metrics::METRICS),
+        metrics,
+        token,
+    );
+    if let Some(w) = endpoint_watch {
+        inner.keep(w);
     }
+    Ok(Running {
+        ready: inner.synced.clone(),
+        inner,
+        health,
+        groups,
+    })
 }

@@ -27,6 +27,16 @@ fn latency_histogram() -> Histogram {
     ])
 }
 
+/// The runtime's names for this service: it registers `consumers` (consumer groups, trigger x
+/// function, running in this process) and `status_writes`; the delivery families below are
+/// this service's own, since they carry the topic.
+pub const METRICS: kubeless_trigger::Names = kubeless_trigger::Names {
+    prefix: "kafka_trigger",
+    kind: "KafkaTrigger",
+    units: "consumers",
+    units_help: "Consumer groups (trigger x function) running in this process",
+};
+
 /// Process-wide metric families.
 #[derive(Clone)]
 pub struct TriggerMetrics {
@@ -35,12 +45,8 @@ pub struct TriggerMetrics {
     latency: Family<FnLabels, Histogram, fn() -> Histogram>,
     lag: Family<PartitionLabels, Gauge>,
     in_flight: Gauge,
-    /// Consumers (one per trigger x function) running in this process.
-    pub consumers: Gauge,
     /// Commit requests that failed.
     pub commit_failures: Counter,
-    /// Status patches by result.
-    pub status_writes: Family<[(&'static str, &'static str); 1], Counter>,
     /// Partition assignments and revocations by the group coordinator.
     rebalances: Family<OutcomeLabels, Counter>,
 }
@@ -53,9 +59,7 @@ impl TriggerMetrics {
             latency: Family::new_with_constructor(latency_histogram),
             lag: Family::default(),
             in_flight: Gauge::default(),
-            consumers: Gauge::default(),
             commit_failures: Counter::default(),
-            status_writes: Family::default(),
             rebalances: Family::default(),
         };
         metrics.register_with("kafka_trigger", |r| {
@@ -81,11 +85,6 @@ impl TriggerMetrics {
             );
             r.register("in_flight", "Records being delivered now", m.in_flight.clone());
             r.register(
-                "consumers",
-                "Consumer groups (trigger x function) running in this process",
-                m.consumers.clone(),
-            );
-            r.register(
                 "commit_failures",
                 "Offset commits the broker refused or that failed",
                 m.commit_failures.clone(),
@@ -96,11 +95,6 @@ impl TriggerMetrics {
                  a rise while records flow means a rejoin, and the partitions restart from their \
                  last commit",
                 m.rebalances.clone(),
-            );
-            r.register(
-                "status_writes",
-                "KafkaTrigger status patches by result",
-                m.status_writes.clone(),
             );
         });
         m

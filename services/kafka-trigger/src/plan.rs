@@ -2,16 +2,16 @@
 //! (trigger, selected function), keyed by Kubeless's consumer-group name) and what each
 //! trigger's status should say. No I/O here, so every rule is unit-tested.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use kube::ResourceExt;
+use kubeless_api::conditions::reasons;
 use kubeless_api::labels::consumer_group_name;
 use kubeless_api::{DeliveryPolicy, Function, KafkaTrigger};
 use kubeless_invoke::FunctionTarget;
-
-use kubeless_trigger::FunctionSelector;
+use kubeless_trigger::{FunctionSelector, PlannedUnit, Problem};
 
 /// Annotation on a KafkaTrigger that overrides the service-wide `--ordering` for it.
 pub const ORDERING_ANNOTATION: &str = "kafkatriggers.kubeless.io/ordering";
@@ -76,35 +76,8 @@ pub struct ConsumerSpec {
     pub target: FunctionTarget,
 }
 
-/// Why a trigger has no consumers (or fewer than it selects).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TriggerProblem {
-    /// Bad retry policy, empty topic, bad ordering annotation.
-    InvalidSpec(String),
-    InvalidSelector(String),
-    /// The selector matches no live Function in the trigger's namespace.
-    NoFunctionsSelected(String),
-}
-
-/// What one trigger's status should show.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriggerPlan {
-    pub namespace: String,
-    pub name: String,
-    pub generation: Option<i64>,
-    /// Selected function names, sorted.
-    pub functions: Vec<String>,
-    /// Consumer groups of this trigger (same order as `functions`).
-    pub groups: Vec<String>,
-    pub problem: Option<TriggerProblem>,
-}
-
-/// The desired state.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Plan {
-    pub consumers: BTreeMap<String, ConsumerSpec>,
-    pub triggers: Vec<TriggerPlan>,
-}
+/// The desired consumers, keyed by consumer group, and what each trigger's status should say.
+pub type Plan = kubeless_trigger::Plan<String, ConsumerSpec>;
 
 /// Service-wide defaults the plan applies.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -118,110 +91,102 @@ pub struct Defaults {
 
 /// Computes the desired consumers and trigger statuses. Objects being deleted are ignored:
 /// their consumers stop (after draining and committing).
-pub fn plan(triggers: &[KafkaTrigger], functions: &[Function], defaults: &Defaults) -> Plan {
-    let default_ordering = defaults.ordering;
-    let mut out = Plan::default();
-    for t in triggers {
-        if t.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let namespace = t.namespace().unwrap_or_default();
-        let name = t.name_any();
-        let mut tp = TriggerPlan {
-            namespace: namespace.clone(),
-            name: name.clone(),
-            generation: t.metadata.generation,
-            functions: Vec::new(),
-            groups: Vec::new(),
-            problem: None,
-        };
-        let spec_problem = (|| {
-            if t.spec.topic.trim().is_empty() {
-                return Err(TriggerProblem::InvalidSpec("topic is empty".into()));
-            }
-            let mut policy = t
-                .spec
-                .delivery_policy()
-                .map_err(|e| TriggerProblem::InvalidSpec(e.to_string()))?;
-            let own_max = t
-                .spec
-                .retry
-                .as_ref()
-                .is_some_and(|r| r.max_backoff.is_some());
-            if let (false, Some(max)) = (own_max, defaults.max_backoff) {
-                policy.max_backoff = max;
-                policy.initial_backoff = policy.initial_backoff.min(max);
-            }
-            let ordering = match t.annotations().get(ORDERING_ANNOTATION) {
-                Some(v) => v.parse().map_err(|e: String| {
-                    TriggerProblem::InvalidSpec(format!("annotation {ORDERING_ANNOTATION}: {e}"))
-                })?,
-                None => default_ordering,
-            };
-            let selector = FunctionSelector::new(&t.spec.function_selector)
-                .map_err(|e| TriggerProblem::InvalidSelector(e.to_string()))?;
-            Ok((policy, ordering, selector))
-        })();
-        let (policy, ordering, selector) = match spec_problem {
-            Ok(v) => v,
-            Err(p) => {
-                tp.problem = Some(p);
-                out.triggers.push(tp);
-                continue;
-            }
-        };
-        let dead_letter_topic = t
-            .spec
-            .dead_letter_topic
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        let mut selected: Vec<&Function> = functions
-            .iter()
-            .filter(|f| {
-                f.metadata.deletion_timestamp.is_none()
-                    && f.namespace().as_deref() == Some(namespace.as_str())
-                    && selector.matches(f.labels())
-            })
-            .collect();
-        selected.sort_by_key(|f| f.name_any());
-        if selected.is_empty() {
-            tp.problem = Some(TriggerProblem::NoFunctionsSelected(format!(
-                "no Function in namespace {namespace} matches {}",
-                selector
-            )));
-        }
-        for f in selected {
-            let fname = f.name_any();
-            let group = consumer_group_name(&namespace, &name, &fname, &t.spec.topic);
-            tp.functions.push(fname.clone());
-            tp.groups.push(group.clone());
-            out.consumers.insert(
-                group.clone(),
-                ConsumerSpec {
+pub fn plan(
+    triggers: &[Arc<KafkaTrigger>],
+    functions: &[Arc<Function>],
+    defaults: &Defaults,
+) -> Plan {
+    Plan::build(triggers, |t, namespace, name| {
+        plan_trigger(t, namespace, name, functions, defaults)
+    })
+}
+
+fn plan_trigger(
+    t: &KafkaTrigger,
+    namespace: &str,
+    name: &str,
+    functions: &[Arc<Function>],
+    defaults: &Defaults,
+) -> Result<Vec<PlannedUnit<String, ConsumerSpec>>, Problem> {
+    if t.spec.topic.trim().is_empty() {
+        return Err(Problem::invalid_spec("topic is empty"));
+    }
+    let mut policy = t
+        .spec
+        .delivery_policy()
+        .map_err(|e| Problem::invalid_spec(e.to_string()))?;
+    let own_max = t
+        .spec
+        .retry
+        .as_ref()
+        .is_some_and(|r| r.max_backoff.is_some());
+    if let (false, Some(max)) = (own_max, defaults.max_backoff) {
+        policy.max_backoff = max;
+        policy.initial_backoff = policy.initial_backoff.min(max);
+    }
+    let ordering = match t.annotations().get(ORDERING_ANNOTATION) {
+        Some(v) => v.parse().map_err(|e: String| {
+            Problem::invalid_spec(format!("annotation {ORDERING_ANNOTATION}: {e}"))
+        })?,
+        None => defaults.ordering,
+    };
+    let selector = FunctionSelector::for_trigger(&t.spec.function_selector)?;
+    let dead_letter_topic = t
+        .spec
+        .dead_letter_topic
+        .as_deref()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    let units: Vec<PlannedUnit<String, ConsumerSpec>> = selector
+        .select(namespace, functions)
+        .map(|f| {
+            let function = f.name_any();
+            let group = consumer_group_name(namespace, name, &function, &t.spec.topic);
+            PlannedUnit {
+                key: group.clone(),
+                function: function.clone(),
+                config: ConsumerSpec {
                     group,
-                    namespace: namespace.clone(),
-                    trigger: name.clone(),
+                    namespace: namespace.to_string(),
+                    trigger: name.to_string(),
                     trigger_uid: t.metadata.uid.clone(),
-                    function: fname,
+                    function,
                     topic: t.spec.topic.clone(),
                     dead_letter_topic: dead_letter_topic.clone(),
                     policy,
                     ordering,
-                    target: FunctionTarget::for_function(f, &namespace),
+                    target: FunctionTarget::for_function(f, namespace),
                 },
-            );
-        }
-        out.triggers.push(tp);
+            }
+        })
+        .collect();
+    if units.is_empty() {
+        return Err(Problem {
+            reason: reasons::NO_FUNCTIONS_SELECTED,
+            message: format!("no Function in namespace {namespace} matches {selector}"),
+        });
     }
-    out
+    Ok(units)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    fn plan(triggers: &[KafkaTrigger], functions: &[Function], d: &Defaults) -> Plan {
+        let t: Vec<_> = triggers.iter().cloned().map(Arc::new).collect();
+        let f: Vec<_> = functions.iter().cloned().map(Arc::new).collect();
+        super::plan(&t, &f, d)
+    }
+
+    fn problem(p: &Plan, name: &str) -> Problem {
+        p.triggers[&("ns".to_string(), name.to_string())]
+            .problem
+            .clone()
+            .unwrap()
+    }
 
     fn function(
         ns: &str,
@@ -279,9 +244,9 @@ mod tests {
                 max_backoff: None,
             },
         );
-        let groups: Vec<&str> = p.consumers.keys().map(String::as_str).collect();
+        let groups: Vec<&str> = p.units.keys().map(String::as_str).collect();
         assert_eq!(groups, vec!["default_kt_a_orders", "default_kt_b_orders"]);
-        let b = &p.consumers["default_kt_b_orders"];
+        let b = &p.units["default_kt_b_orders"];
         assert_eq!(b.target.name, "b");
         assert_eq!(b.target.timeout, std::time::Duration::from_secs(7));
         assert_eq!(b.target.port, 8080);
@@ -289,12 +254,13 @@ mod tests {
         assert_eq!(b.dead_letter_topic.as_deref(), Some("orders-dlq"));
         assert_eq!(b.policy.max_attempts, 3);
         assert_eq!(b.ordering, Ordering::Partition);
-        let a = &p.consumers["default_kt_a_orders"];
+        let a = &p.units["default_kt_a_orders"];
         assert_eq!(a.target.timeout, std::time::Duration::from_secs(180));
         assert_eq!(p.triggers.len(), 1);
-        assert_eq!(p.triggers[0].functions, vec!["a", "b"]);
-        assert_eq!(p.triggers[0].generation, Some(3));
-        assert_eq!(p.triggers[0].problem, None);
+        let tp = &p.triggers[&("default".to_string(), "kt".to_string())];
+        assert_eq!(tp.functions, vec!["a", "b"]);
+        assert_eq!(tp.generation, Some(3));
+        assert_eq!(tp.problem, None);
     }
 
     #[test]
@@ -318,7 +284,7 @@ mod tests {
                 max_backoff: None,
             },
         );
-        let c = &p.consumers["default_kt_f_t"];
+        let c = &p.units["default_kt_f_t"];
         assert_eq!(c.target.port, 9000);
         assert_eq!(c.target.port_name.as_deref(), Some("web"));
         assert_eq!(c.ordering, Ordering::Key);
@@ -338,7 +304,7 @@ mod tests {
             &Defaults::default(),
         );
         assert_eq!(
-            p.consumers.keys().collect::<Vec<_>>(),
+            p.units.keys().collect::<Vec<_>>(),
             vec!["ns_one_f_t", "ns_two_f_t"]
         );
     }
@@ -374,20 +340,19 @@ mod tests {
                 max_backoff: None,
             },
         );
-        assert!(p.consumers.is_empty());
-        let problems: Vec<_> = p
-            .triggers
-            .iter()
-            .map(|t| t.problem.clone().unwrap())
-            .collect();
-        assert!(
-            matches!(&problems[0], TriggerProblem::NoFunctionsSelected(m) if m.contains("app=y"))
-        );
-        assert!(matches!(&problems[1], TriggerProblem::InvalidSelector(m) if m.contains("Near")));
-        assert!(
-            matches!(&problems[2], TriggerProblem::InvalidSpec(m) if m.contains("maxAttempts"))
-        );
-        assert!(matches!(&problems[3], TriggerProblem::InvalidSpec(m) if m.contains("topic")));
+        assert!(p.units.is_empty());
+        let none = problem(&p, "none");
+        assert_eq!(none.reason, reasons::NO_FUNCTIONS_SELECTED);
+        assert!(none.message.contains("app=y"), "{none:?}");
+        let bad_sel = problem(&p, "badsel");
+        assert_eq!(bad_sel.reason, reasons::INVALID_SELECTOR);
+        assert!(bad_sel.message.contains("Near"));
+        let bad_retry = problem(&p, "badretry");
+        assert_eq!(bad_retry.reason, reasons::INVALID_SPEC);
+        assert!(bad_retry.message.contains("maxAttempts"));
+        let no_topic = problem(&p, "notopic");
+        assert_eq!(no_topic.reason, reasons::INVALID_SPEC);
+        assert!(no_topic.message.contains("topic"));
     }
 
     #[test]
@@ -408,10 +373,10 @@ mod tests {
             json!({"topic": "t", "functionSelector": {"matchLabels": {"app": "x"}}, "retry": {"maxBackoff": "10s"}}),
         );
         let p = plan(&[plain, own], &fns, &d);
-        let a = &p.consumers["ns_a_f_t"].policy;
+        let a = &p.units["ns_a_f_t"].policy;
         assert_eq!(a.max_backoff, std::time::Duration::from_millis(500));
         assert_eq!(a.initial_backoff, std::time::Duration::from_millis(500));
-        let b = &p.consumers["ns_b_f_t"].policy;
+        let b = &p.units["ns_b_f_t"].policy;
         assert_eq!(b.max_backoff, std::time::Duration::from_secs(10));
         assert_eq!(b.initial_backoff, std::time::Duration::from_secs(1));
     }
@@ -434,7 +399,7 @@ mod tests {
                 max_backoff: None,
             },
         );
-        assert_eq!(p.consumers["ns_kt_f_t"].ordering, Ordering::None);
+        assert_eq!(p.units["ns_kt_f_t"].ordering, Ordering::None);
         t.metadata.annotations =
             Some([(ORDERING_ANNOTATION.to_string(), "random".to_string())].into());
         let p = plan(
@@ -445,10 +410,10 @@ mod tests {
                 max_backoff: None,
             },
         );
-        assert!(p.consumers.is_empty());
-        assert!(
-            matches!(&p.triggers[0].problem, Some(TriggerProblem::InvalidSpec(m)) if m.contains("random"))
-        );
+        assert!(p.units.is_empty());
+        let p = problem(&p, "kt");
+        assert_eq!(p.reason, reasons::INVALID_SPEC);
+        assert!(p.message.contains("random"));
     }
 
     #[test]
@@ -467,7 +432,7 @@ mod tests {
                 max_backoff: None,
             },
         );
-        assert_eq!(before.consumers.len(), 1);
+        assert_eq!(before.units.len(), 1);
         // relabel: the function leaves the selector
         f.metadata.labels = Some([("app".to_string(), "y".to_string())].into());
         assert!(
@@ -479,7 +444,7 @@ mod tests {
                     max_backoff: None
                 }
             )
-            .consumers
+            .units
             .is_empty()
         );
         // deleting function
@@ -496,10 +461,10 @@ mod tests {
                     max_backoff: None
                 }
             )
-            .consumers
+            .units
             .is_empty()
         );
-        // a timeout change changes the spec (the supervisor restarts that consumer)
+        // a timeout change changes the spec (the runtime restarts that consumer)
         let h = function("ns", "f", json!({"app": "x"}), json!({"timeout": "9"}));
         let after = plan(
             &[t],
@@ -509,6 +474,6 @@ mod tests {
                 max_backoff: None,
             },
         );
-        assert_ne!(after.consumers["ns_kt_f_t"], before.consumers["ns_kt_f_t"]);
+        assert_ne!(after.units["ns_kt_f_t"], before.units["ns_kt_f_t"]);
     }
 }

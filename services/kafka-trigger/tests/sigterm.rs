@@ -26,7 +26,7 @@ fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> ServiceProcess {
             ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
             ("KAFKA_COMMIT_INTERVAL_MS", "100".into()),
             ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-            ("KUBELESS_RESOLVER", "endpointslices".into()),
+            ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
             ("KUBELESS_LOG_LEVEL", "info".into()),
         ],
     )

@@ -10,8 +10,8 @@ use aws_sdk_kinesis::primitives::Blob;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use kubeless_invoke::{Event, Invoker, Outcome};
-use kubeless_trigger::deliver::error_text;
+use kubeless_invoke::{Event, Invoker};
+use kubeless_trigger::deliver::Failure;
 use kubeless_trigger::metrics::outcome;
 use kubeless_trigger::{Delivery, Finished, PairMetrics, retry_policy};
 use serde::{Deserialize, Serialize};
@@ -86,16 +86,16 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
-    pub fn new(config: &ReaderConfig, record: &Record, o: &Outcome, error: String) -> Self {
+    pub fn new(config: &ReaderConfig, record: &Record, failure: Failure) -> Self {
         Self {
             stream: config.stream.clone(),
             shard_id: record.shard_id.clone(),
             sequence_number: record.sequence_number.clone(),
             partition_key: record.partition_key.clone(),
             data: base64::engine::general_purpose::STANDARD.encode(&record.data),
-            attempts: o.attempts,
-            last_status: o.status.map(|s| s.as_u16()),
-            error,
+            attempts: failure.attempts,
+            last_status: failure.status,
+            error: failure.error,
             function: format!("{}/{}", config.namespace, config.function),
             trigger: config.label(),
         }
@@ -153,8 +153,8 @@ impl Deliverer {
         );
         let event = record.to_event(&config.stream);
         let done = delivery
-            .deliver(&event, &coordinates, cancel, |dlq, outcome| {
-                let letter = DeadLetter::new(config, record, outcome, error_text(outcome));
+            .deliver(&event, &coordinates, cancel, |dlq, failure| {
+                let letter = DeadLetter::new(config, record, failure);
                 let put = serde_json::to_vec(&letter).map(|body| {
                     self.kinesis
                         .put_record()

@@ -257,6 +257,7 @@ pub fn run(
             // One active replica (the scaffold's election) or shard leases: every replica
             // that runs writes status.
             lease: None,
+            ..kubeless_trigger::Settings::new()
         },
         runtime_metrics,
         metrics,

@@ -84,8 +84,7 @@ impl Cli {
             mut service,
             trigger,
         } = self;
-        let lease = service.clone().into_config(SERVICE_NAME).lease;
-        service.leader_elect = false;
+        let lease = service.take_lease(SERVICE_NAME);
         (service, trigger, lease)
     }
 }
@@ -194,6 +193,7 @@ pub fn run(
             namespace: settings.namespace,
             resync: settings.resync,
             lease: settings.lease,
+            ..kubeless_trigger::Settings::new()
         },
         units,
         metrics,

@@ -71,7 +71,12 @@ impl kubeless_trigger::Source for NatsSource {
         trigger.status.as_ref()
     }
 
-    fn ready_message(&self, trigger: &NatsTrigger, plan: &TriggerPlan<SubscriptionKey>) -> String {
+    fn ready_message(
+        &self,
+        trigger: &NatsTrigger,
+        plan: &TriggerPlan<SubscriptionKey>,
+        _details: &[String],
+    ) -> String {
         format!(
             "delivering {:?} to {} function(s)",
             trigger.spec.topic,

@@ -124,6 +124,15 @@ pub struct ServiceConfig {
 }
 
 impl ServiceArgs {
+    /// For services whose every replica works (consumer groups, queue groups): the Lease
+    /// only picks the status writer. Returns that Lease (with `--leader-elect`) and switches
+    /// the scaffold's election, which would hold whole replicas back, off.
+    pub fn take_lease(&mut self, service_name: &str) -> Option<LeaseConfig> {
+        let lease = self.clone().into_config(service_name).lease;
+        self.leader_elect = false;
+        lease
+    }
+
     /// Turns the flags into configuration. `service_name` names the OTel service and the default Lease.
     pub fn into_config(self, service_name: &str) -> ServiceConfig {
         // Destructured so that adding a flag without using it fails to compile.

@@ -164,6 +164,11 @@ pub trait Unit: Send + Sync + 'static {
     fn state(&self) -> UnitState;
     /// Stops it: drains calls in flight and acknowledges or checkpoints what was delivered.
     fn stop(self) -> impl Future<Output = ()> + Send + 'static;
+    /// `true` when the unit gave up (it could not start): the loop starts it again on its next
+    /// pass.
+    fn needs_restart(&self) -> bool {
+        false
+    }
 }
 
 /// What the loop hands a source when it starts a unit.
@@ -299,6 +304,9 @@ pub struct Settings {
     /// `Some`: status is written only while this replica holds the Lease. Units run on every
     /// replica (consumer groups and leases spread the work).
     pub lease: Option<LeaseConfig>,
+    /// Wakes the loop for a new pass; units get it in [`UnitContext::changed`]. Pass your
+    /// own when parts of the source outside units report changes.
+    pub changed: Arc<Notify>,
 }
 
 impl Settings {
@@ -308,6 +316,7 @@ impl Settings {
             namespace: None,
             resync: Duration::from_secs(30),
             lease: None,
+            changed: Arc::new(Notify::new()),
         }
     }
 }
@@ -413,6 +422,7 @@ pub fn run<S: Source>(
     let looped = Loop {
         client,
         source,
+        changed: settings.changed,
         namespace: settings.namespace,
         resync: settings.resync,
         leader,
@@ -438,6 +448,7 @@ pub fn run<S: Source>(
 struct Loop<S: Source> {
     client: Client,
     source: S,
+    changed: Arc<Notify>,
     namespace: Option<String>,
     resync: Duration,
     leader: Option<watch::Receiver<bool>>,
@@ -452,7 +463,7 @@ struct RunningUnit<S: Source> {
 
 impl<S: Source> Loop<S> {
     async fn run(self, shutdown: CancellationToken, synced: impl FnOnce() + Send) {
-        let changed = Arc::new(Notify::new());
+        let changed = Arc::clone(&self.changed);
         let ns = self.namespace.as_deref();
         let (triggers, bad_triggers, trigger_task) =
             kubeless_service::guarded_watch_notify::<S::Trigger>(
@@ -488,7 +499,8 @@ impl<S: Source> Loop<S> {
         loop {
             let trigger_state = triggers.state();
             let desired = self.source.plan(&trigger_state, &functions.state());
-            self.apply(desired.units, &mut running, &mut stopping, &ctx);
+            self.apply(desired.units, &mut running, &mut stopping, &ctx)
+                .await;
             self.metrics.units.set(running.len() as i64);
             let active = running
                 .values()
@@ -527,8 +539,10 @@ impl<S: Source> Loop<S> {
         self.active.store(0, Ordering::Relaxed);
     }
 
-    /// Starts missing units, stops unwanted ones, restarts changed ones.
-    fn apply(
+    /// Starts missing units, stops unwanted ones, restarts changed ones. A unit being replaced
+    /// (same key, new configuration, or given up) is stopped before its successor starts, so
+    /// the two never consume side by side; removed units stop in the background.
+    async fn apply(
         &self,
         desired: BTreeMap<S::Key, S::Config>,
         running: &mut BTreeMap<S::Key, RunningUnit<S>>,
@@ -537,15 +551,21 @@ impl<S: Source> Loop<S> {
     ) {
         let stale: Vec<S::Key> = running
             .iter()
-            .filter(|(k, r)| desired.get(*k) != Some(&*r.config))
+            .filter(|(k, r)| desired.get(*k) != Some(&*r.config) || r.unit.needs_restart())
             .map(|(k, _)| k.clone())
             .collect();
+        let mut replaced = Vec::new();
         for key in stale {
             if let Some(r) = running.remove(&key) {
                 tracing::info!(unit = %key, "stopping");
-                stopping.spawn(r.unit.stop());
+                if desired.contains_key(&key) {
+                    replaced.push(r.unit.stop());
+                } else {
+                    stopping.spawn(r.unit.stop());
+                }
             }
         }
+        futures::future::join_all(replaced).await;
         for (key, config) in desired {
             if running.contains_key(&key) {
                 continue;

@@ -88,6 +88,16 @@ pub struct Delivery<'a> {
     pub max_wait: Duration,
 }
 
+/// Why an event goes to the dead letters, for the broker's dead-letter record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub attempts: u32,
+    /// HTTP status of the last answer; `None` when there was none (timeout, connection error).
+    pub status: Option<u16>,
+    /// `<metric label>: <error>` ("" when the function answered with an error status).
+    pub error: String,
+}
+
 /// What [`Delivery::deliver`] did.
 #[derive(Debug)]
 pub struct Delivered {
@@ -108,7 +118,7 @@ impl Delivery<'_> {
         mut dead_letter: F,
     ) -> Option<Delivered>
     where
-        F: FnMut(&str, &Outcome) -> Fut,
+        F: FnMut(String, Failure) -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
         let mut retries = 0u64;
@@ -169,11 +179,16 @@ impl Delivery<'_> {
                 retries,
             });
         };
+        let failure = Failure {
+            attempts: outcome.attempts,
+            status: outcome.status.map(|s| s.as_u16()),
+            error: error_text(&outcome),
+        };
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             let put = tokio::select! {
-                r = dead_letter(dlq, &outcome) => r,
+                r = dead_letter(dlq.to_string(), failure.clone()) => r,
                 _ = cancel.cancelled() => return None,
             };
             match put {

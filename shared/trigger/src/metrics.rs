@@ -86,6 +86,21 @@ impl TriggerMetrics {
         m
     }
 
+    /// Registers only what the control loop writes (the units gauge and status writes), for a
+    /// service that keeps delivery families of its own (kafka-trigger's carry the topic).
+    pub fn register_control(metrics: &kubeless_service::Metrics, names: Names) -> Self {
+        let m = Self::detached();
+        metrics.register_with(names.prefix, |r| {
+            r.register(names.units, names.units_help, m.units.clone());
+            r.register(
+                "status_writes",
+                format!("{} status patches by result", names.kind),
+                m.status_writes.clone(),
+            );
+        });
+        m
+    }
+
     /// Families that are not exported (benches and tests).
     pub fn detached() -> Self {
         Self {

@@ -163,7 +163,7 @@ pub fn settings(broker: &Broker, ordering: kafka_trigger::Ordering) -> kafka_tri
             drain_timeout: Duration::from_secs(10),
             ..kafka_trigger::Tuning::default()
         },
-        resolver: kafka_trigger::ResolverChoice::EndpointSlices,
+        resolver: kafka_trigger::Resolution::EndpointSlices,
         lease: None,
     }
 }
