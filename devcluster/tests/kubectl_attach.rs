@@ -1,7 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Stock `kubectl attach` to pods the runner started: the output from the moment of
 //! attach until the container stops, stdin to a `stdin: true` container, and the real
 //! errors for a missing pod, a stopped container and stdin where there is none.
+#![cfg(test)]
 
 use std::io::{Read, Write};
 use std::path::Path;

@@ -1,6 +1,6 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Stock `kubectl top pod` and `kubectl top node` against the `metrics.k8s.io` API the
 //! runner's measurements feed: a pod that holds 40 MiB and spins a CPU shows them.
+#![cfg(test)]
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -19,9 +19,9 @@ use futures::{SinkExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
+use crate::app::App;
 use crate::errors::ApiError;
 use crate::exec::{self, CLOSE, ContainerStdin, STDIN, STDOUT};
-use crate::http::App;
 use crate::registry::GroupResource;
 
 const POLL: Duration = Duration::from_millis(100);

@@ -4,8 +4,6 @@
 //! close in v5). The command runs on the host with the running container's env and
 //! working directory, which the pod runner hands over through [`ExecBackend`].
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 
@@ -19,8 +17,9 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
+use crate::app::App;
+pub use crate::backend::{ContainerProcess, ContainerStdin, ExecBackend};
 use crate::errors::ApiError;
-use crate::http::App;
 use crate::registry::GroupResource;
 
 pub(crate) const STDIN: u8 = 0;
@@ -28,29 +27,6 @@ pub(crate) const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const ERROR: u8 = 3;
 pub(crate) const CLOSE: u8 = 255;
-
-/// The stdin pipe of a running `stdin: true` container; `None` inside once closed.
-pub type ContainerStdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
-
-/// The env and working directory a running container's process has, and its stdin
-/// when the container has `stdin: true` (for `kubectl attach -i`).
-#[derive(Debug, Clone)]
-pub struct ContainerProcess {
-    pub env: BTreeMap<String, String>,
-    pub cwd: PathBuf,
-    pub stdin: Option<ContainerStdin>,
-    /// `stdinOnce`: the first attach session to close stdin closes it for good.
-    pub stdin_once: bool,
-    /// When set, the command runs as its arguments (`podman exec --interactive NAME`): a
-    /// container's command runs inside it, not on the host.
-    pub argv_prefix: Vec<String>,
-}
-
-/// Finds running containers for exec; the pod runner implements it.
-pub trait ExecBackend: Send + Sync + 'static {
-    /// The running container `container` of pod `ns/pod`, or None when it is not running.
-    fn container(&self, ns: &str, pod: &str, container: &str) -> Option<ContainerProcess>;
-}
 
 pub(crate) struct Options {
     command: Vec<String>,

@@ -1,69 +1,28 @@
 //! REST routing: discovery, CRUD, list/watch, patch, subresources, logs and proxies.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
 use axum::response::Response;
 use bytes::Bytes;
-use http::{HeaderValue, Method, StatusCode, header};
+use http::{HeaderValue, Method, header};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::app::{App, Q, bytes_response, error_response, json_response};
 use crate::errors::ApiError;
 use crate::patch::PatchKind;
 use crate::registry::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, EventType, Propagation, Store, Sub, WatchEvent};
-use crate::table::{TableBuilder, json_path};
+use crate::table::TableBuilder;
 
 const MAX_BODY: usize = 64 * 1024 * 1024;
 const DEFAULT_WATCH_TIMEOUT: u64 = 1800;
 const BOOKMARK_EVERY: Duration = Duration::from_secs(5);
-
-pub struct App {
-    pub store: Arc<Store>,
-    pub auth: crate::auth::Authenticator,
-    pub authorizer: crate::auth::Authorizer,
-    pub logs_dir: PathBuf,
-    pub addr: std::net::SocketAddr,
-    pub proxy: hyper_util::client::legacy::Client<
-        hyper_util::client::legacy::connect::HttpConnector,
-        Body,
-    >,
-    pub rr: AtomicUsize,
-    /// Running containers for `pods/exec`; set by the pod runner when there is one.
-    pub exec: ExecSlot,
-    /// Container and node usage for `metrics.k8s.io`; set by the pod runner.
-    pub metrics: crate::metrics::MetricsSlot,
-}
-
-pub type ExecSlot = Arc<std::sync::OnceLock<Arc<dyn crate::exec::ExecBackend>>>;
-
-pub type Q = HashMap<String, String>;
-
-pub fn json_response(code: u16, body: &Value) -> Response {
-    bytes_response(code, Bytes::from(body.to_string()))
-}
-
-fn bytes_response(code: u16, body: Bytes) -> Response {
-    let mut r = Response::new(Body::from(body));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
-pub fn error_response(e: &ApiError) -> Response {
-    json_response(e.code, &e.status())
-}
 
 fn truthy(q: &Q, k: &str) -> bool {
     q.get(k).is_some_and(|v| v == "true" || v == "1")
@@ -1180,9 +1139,4 @@ fn openapi_v2(req: &Request, reg: &crate::registry::Registry) -> Result<Response
         HeaderValue::from_static(crate::openapi_v2::PROTOBUF_CONTENT_TYPE),
     );
     Ok(r)
-}
-
-/// Reads `.a.b` style paths (scale subresource paths) from an object.
-pub fn read_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
-    json_path(obj, path)
 }

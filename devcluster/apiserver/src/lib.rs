@@ -8,8 +8,10 @@
 //! # drop(client); server.shutdown().await; Ok(()) }
 //! ```
 
+mod app;
 pub mod attach;
 pub mod auth;
+mod backend;
 mod builtin;
 pub mod convert;
 pub mod errors;
@@ -114,7 +116,7 @@ pub struct RunningServer {
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     data_dir: Option<PathBuf>,
-    exec: http::ExecSlot,
+    exec: app::ExecSlot,
     metrics: metrics::MetricsSlot,
     _temp: Option<tempfile::TempDir>,
 }
@@ -288,9 +290,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningServer, Error> {
         source,
     })?;
 
-    let exec_slot = http::ExecSlot::default();
+    let exec_slot = app::ExecSlot::default();
     let metrics_slot = metrics::MetricsSlot::default();
-    let app = Arc::new(http::App {
+    let app = Arc::new(app::App {
         store: store.clone(),
         auth: auth::Authenticator::new(token),
         authorizer: auth::Authorizer::default(),

@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
+use crate::app::{App, Q};
 use crate::errors::ApiError;
-use crate::http::{App, Q};
 use crate::registry::GroupResource;
 
 const POLL: Duration = Duration::from_millis(200);

@@ -9,41 +9,14 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
 
+use crate::app::{App, Q, json_response};
+pub use crate::backend::{ContainerUsage, MetricsBackend, MetricsSlot, Usage};
 use crate::errors::ApiError;
-use crate::http::{App, Q, json_response};
 use crate::registry::GroupResource;
 use crate::selectors::LabelSelector;
 
 pub const GROUP: &str = "metrics.k8s.io";
 pub const VERSION: &str = "v1beta1";
-
-/// CPU (a rate in cores) and memory (bytes) over a window that ended at `timestamp`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Usage {
-    pub cpu_cores: f64,
-    pub memory_bytes: u64,
-    pub timestamp: SystemTime,
-    pub window: Duration,
-}
-
-/// The usage of one running container.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ContainerUsage {
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
-    pub usage: Usage,
-}
-
-/// Measures running containers and the node; the pod runner implements it.
-pub trait MetricsBackend: Send + Sync + 'static {
-    /// Every running container that has a full measurement window.
-    fn containers(&self) -> Vec<ContainerUsage>;
-    /// The node `name` (devcluster has one), once it has a full window.
-    fn node(&self) -> Option<(String, Usage)>;
-}
-
-pub type MetricsSlot = Arc<std::sync::OnceLock<Arc<dyn MetricsBackend>>>;
 
 /// The APIResourceList of `/apis/metrics.k8s.io/v1beta1`.
 pub fn api_resources() -> Vec<Value> {

@@ -24,8 +24,8 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::app::App;
 use crate::errors::ApiError;
-use crate::http::App;
 use crate::registry::GroupResource;
 use crate::spdy::{self, Frame};
 

@@ -10,8 +10,8 @@ use axum::response::Response;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Uri, Version, header};
 use serde_json::Value;
 
+use crate::app::App;
 use crate::errors::ApiError;
-use crate::http::App;
 use crate::registry::{GroupResource, ResourceDef};
 
 /// Headers that describe one connection, not the message (RFC 9110 7.6.1), and the

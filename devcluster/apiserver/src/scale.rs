@@ -4,12 +4,13 @@ use bytes::Bytes;
 use http::Method;
 use serde_json::{Map, Value, json};
 
+use crate::app::{App, json_response};
 use crate::errors::ApiError;
-use crate::http::{App, json_response, read_path};
 use crate::patch::{self, PatchKind};
 use crate::registry::ResourceDef;
 use crate::selectors::LabelSelector;
 use crate::store::Sub;
+use crate::table::json_path;
 
 fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
     let Some(spec) = &def.scale else {
@@ -123,4 +124,9 @@ pub fn handle(
         app.store
             .patch(def, version, ns, name, PatchKind::Merge, &merge, Sub::Main)?;
     Ok(json_response(200, &scale_of(def, &updated)))
+}
+
+/// Reads `.a.b` style paths (scale subresource paths) from an object.
+fn read_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    json_path(obj, path)
 }

@@ -1,7 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `metrics.k8s.io/v1beta1` with a test backend standing in for the pod runner:
 //! discovery, PodMetrics per namespace, across namespaces, by name and by label,
 //! NodeMetrics, and the real errors.
+#![cfg(test)]
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

@@ -670,7 +670,6 @@ pub async fn exit_state(rt: &ContainerRuntime, name: &str) -> Option<ExitState> 
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;

@@ -194,7 +194,6 @@ pub fn meminfo() -> Option<MemInfo> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ use kube::{
     runtime::{
         Controller,
         controller::Action,
-        events::{Event as KubeEvent, EventType, Recorder, Reporter},
+        events::{EventType, Recorder, Reporter},
         reflector::{ObjectRef, Store},
         watcher,
     },
@@ -484,7 +484,7 @@ async fn write_ready(
     Ok(())
 }
 
-/// Publishes an Event on the trigger; best effort (a missing permission must not block status).
+/// Publishes an Event on the trigger with the reconciler's recorder ([`status::publish_event`]).
 pub(crate) async fn publish(
     ctx: &Context,
     t: &CronJobTrigger,
@@ -492,24 +492,5 @@ pub(crate) async fn publish(
     reason: &str,
     note: &str,
 ) {
-    publish_with(&ctx.recorder, t, type_, reason, note).await;
-}
-
-pub(crate) async fn publish_with(
-    recorder: &Recorder,
-    t: &CronJobTrigger,
-    type_: EventType,
-    reason: &str,
-    note: &str,
-) {
-    let ev = KubeEvent {
-        type_,
-        reason: reason.to_string(),
-        note: Some(note.chars().take(1000).collect()),
-        action: "Reconcile".into(),
-        secondary: None,
-    };
-    if let Err(e) = recorder.publish(&ev, &t.object_ref(&())).await {
-        tracing::warn!(error = %e, "publishing an Event failed");
-    }
+    status::publish_event(&ctx.recorder, t, type_, reason, note).await;
 }

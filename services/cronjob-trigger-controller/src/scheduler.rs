@@ -381,7 +381,7 @@ async fn record(
         } else {
             (EventType::Warning, "RunFailed")
         };
-        crate::controller::publish_with(&shared.recorder, &t, type_, reason, &run.message).await;
+        status::publish_event(&shared.recorder, &t, type_, reason, &run.message).await;
     }
 }
 

@@ -1,11 +1,13 @@
-//! Trigger status: the result of the newest finished run, the `LastRunSucceeded` condition and
-//! how status is written (server-side apply of only the fields a writer owns).
+//! Trigger status: the result of the newest finished run, the `LastRunSucceeded` condition,
+//! how status is written (server-side apply of only the fields a writer owns) and the Events
+//! published on the trigger.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client, ResourceExt};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::{Api, Client, Resource, ResourceExt};
 use kubeless_api::{Condition, CronJobTrigger, CronJobTriggerStatus, set_condition};
 use serde::Serialize;
 
@@ -192,6 +194,27 @@ pub async fn apply(
     )
     .await
     .map(drop)
+}
+
+/// Publishes an Event on the trigger; best effort (a missing permission must not block status).
+/// The reconciler and the scheduler both report through it.
+pub(crate) async fn publish_event(
+    recorder: &Recorder,
+    t: &CronJobTrigger,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = KubeEvent {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1000).collect()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &t.object_ref(&())).await {
+        tracing::warn!(error = %e, "publishing an Event failed");
+    }
 }
 
 #[cfg(test)]

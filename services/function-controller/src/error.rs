@@ -43,9 +43,6 @@ pub enum Error {
     /// A Function without a namespace (the CRD is namespaced, so only a broken server sends one).
     #[error("Function {0} has no namespace")]
     NoNamespace(String),
-    /// Removing our finalizer from a malformed Function failed.
-    #[error("removing the finalizer failed")]
-    RemoveFinalizer(#[source] kube::Error),
     /// Removing the finalizer failed, or the wrapped reconcile failed.
     #[error("finalizer handling failed")]
     Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
@@ -97,7 +94,6 @@ impl Error {
             Self::NoNamespace(_) => "NoNamespace",
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",
-            Self::RemoveFinalizer(_) => "FinalizerFailed",
             Self::Finalizer(inner) => match inner.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

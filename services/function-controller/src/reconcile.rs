@@ -13,7 +13,9 @@ use k8s_openapi::api::{
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, LogParams, Patch, PatchParams},
-    core::{DeserializeGuard, error_boundary::InvalidObject},
+    core::{
+        DeserializeGuard, PartialObjectMeta, PartialObjectMetaExt, error_boundary::InvalidObject,
+    },
     runtime::{
         controller::Action,
         events::{Event as KubeEvent, EventType, Recorder},
@@ -179,41 +181,31 @@ async fn reconcile_invalid(bad: &InvalidObject, ctx: &Context) -> Result<Action,
         .clone()
         .ok_or_else(|| Error::NoNamespace(bad.metadata.name.clone().unwrap_or_default()))?;
     let name = bad.metadata.name.clone().unwrap_or_default();
-    let ours = bad
-        .metadata
-        .finalizers
-        .as_ref()
-        .is_some_and(|l| l.iter().any(|x| x == FUNCTION_FINALIZER));
     if bad.metadata.deletion_timestamp.is_some() {
-        if ours {
-            ctx.caches_ready().await;
-            let shell = Function {
-                metadata: bad.metadata.clone(),
-                spec: FunctionSpec::default(),
-                status: None,
-            };
-            cleanup(&shell, ctx).await?;
-            let remaining: Vec<String> = bad
-                .metadata
-                .finalizers
-                .iter()
-                .flatten()
-                .filter(|x| *x != FUNCTION_FINALIZER)
-                .cloned()
-                .collect();
-            let api: Api<DeserializeGuard<Function>> = Api::namespaced(ctx.client.clone(), &ns);
-            let patch = FinalizersPatch {
-                metadata: FinalizersMeta {
-                    finalizers: remaining,
-                    resource_version: bad.metadata.resource_version.clone(),
-                },
-            };
-            ctx.metrics.write("Function", "finalizer");
-            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::RemoveFinalizer)?;
-        }
-        return Ok(Action::await_change());
+        // kube's finalizer helper over the metadata alone (the spec is what does not
+        // deserialize): it runs the cleanup only while our finalizer is there, then removes it.
+        let meta = Arc::new(bad.metadata.clone().into_request_partial::<Function>());
+        let api: Api<PartialObjectMeta<Function>> = Api::namespaced(ctx.client.clone(), &ns);
+        return finalizer(&api, FUNCTION_FINALIZER, meta, |event| async move {
+            match event {
+                Finalizer::Cleanup(_) => {
+                    ctx.caches_ready().await;
+                    let shell = Function {
+                        metadata: bad.metadata.clone(),
+                        spec: FunctionSpec::default(),
+                        status: None,
+                    };
+                    let action = cleanup(&shell, ctx).await?;
+                    // The helper removes the finalizer next.
+                    ctx.metrics.write("Function", "finalizer");
+                    Ok(action)
+                }
+                // Not reached while the object is being deleted.
+                Finalizer::Apply(_) => Ok(Action::await_change()),
+            }
+        })
+        .await
+        .map_err(|e| Error::Finalizer(Box::new(e)));
     }
     ctx.metrics.write("Function/status", "patch");
     kubeless_service::report_invalid::<Function>(&ctx.client, &ctx.recorder, bad, FIELD_MANAGER)
@@ -224,19 +216,6 @@ async fn reconcile_invalid(bad: &InvalidObject, ctx: &Context) -> Result<Action,
             source,
         })?;
     Ok(Action::await_change())
-}
-
-#[derive(Serialize, Debug)]
-struct FinalizersPatch {
-    metadata: FinalizersMeta,
-}
-
-#[derive(Serialize, Debug)]
-#[serde(rename_all = "camelCase")]
-struct FinalizersMeta {
-    finalizers: Vec<String>,
-    /// Guards against removing a finalizer someone added meanwhile.
-    resource_version: Option<String>,
 }
 
 /// What to do after a failed reconcile: count it and retry with exponential backoff per
