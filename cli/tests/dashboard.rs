@@ -24,40 +24,6 @@ use kubeless_testkit::eventually;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-/// `<target>/debug`, where this test's binaries and the service binaries live.
-fn debug_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn build_services() -> PathBuf {
-    let mut cmd = std::process::Command::new(env!("CARGO"));
-    // The test's own CARGO_PKG_*/CARGO_MANIFEST_* would make build scripts rerun every time.
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy().into_owned();
-        if k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR" {
-            cmd.env_remove(k);
-        }
-    }
-    let status = cmd
-        .args([
-            "build",
-            "-p",
-            "kubeless-runtime",
-            "-p",
-            "function-controller",
-            "--bin",
-            "kubeless-runtime",
-            "--bin",
-            "function-controller",
-        ])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("running cargo build for kubeless-runtime and function-controller");
-    assert!(status.success(), "building the service binaries failed");
-    debug_dir()
-}
-
 /// The repository's image map with `${BIN_DIR}` pointing at the built `kubeless-runtime`.
 fn images_dir(into: &Path, bin_dir: &Path) -> PathBuf {
     let repo_dir = devcluster::repo_images_dir();
@@ -206,7 +172,9 @@ async fn dashboard_in_a_headless_browser() {
              (scripts/lib.sh ensure_tools installs them)"
         );
     };
-    let bin = build_services();
+    kubeless_testkit::workspace_bin("kubeless-runtime");
+    let bin = kubeless_testkit::target_dir();
+    kubeless_testkit::workspace_bin("function-controller");
     let kubeless = PathBuf::from(env!("CARGO_BIN_EXE_kubeless"));
 
     // devcluster with the pod runner, the CRDs, the function-controller binary.

@@ -10,7 +10,7 @@
 //!   any CronJob, with the same status.
 #![cfg(test)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use cronjob_trigger_controller::status::{LAST_RUN, SCHEDULED_ANNOTATION};
@@ -52,51 +52,6 @@ def broken(event, context):
     print("FAILING", flush=True)
     return ("boom", 500)
 "#;
-
-/// The folder with the workspace binaries (`target/debug`); kubeless-runtime is built on demand.
-fn bin_dir() -> PathBuf {
-    let invoker = PathBuf::from(env!("CARGO_BIN_EXE_kubeless-cron-invoker"));
-    let dir = invoker.parent().unwrap().to_path_buf();
-    if !dir.join("kubeless-runtime").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kubeless-runtime",
-                "--bin",
-                "kubeless-runtime",
-            ])
-            .status()
-            .expect("running cargo to build kubeless-runtime");
-        assert!(
-            status.success() && dir.join("kubeless-runtime").exists(),
-            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved.
-fn image_map(into: &Path) -> PathBuf {
-    let src = devcluster::repo_images_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    let bin = bin_dir();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin.to_string_lossy())
-            .replace("${MAP_DIR}", &src.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
 
 async fn install_crds(client: &Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
@@ -289,7 +244,7 @@ async fn start_cluster(dir: &Path) -> (devcluster::DevCluster, Client) {
         .with_test_writer()
         .try_init();
     let mut options = devcluster::Options::for_tests(dir.join("state"));
-    options.images_dir = Some(image_map(dir));
+    options.images_dir = Some(kubeless_testkit::image_map(dir, &["kubeless-runtime"]));
     let cluster = devcluster::DevCluster::start(options).await.unwrap();
     let client = cluster.client().await.unwrap();
     install_crds(&client).await;

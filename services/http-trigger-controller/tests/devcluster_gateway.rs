@@ -41,53 +41,6 @@ def hello(event, context):
     }
 "#;
 
-/// The folder with the workspace binaries (`target/debug`), built on demand.
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/debug/deps/<test> -> target/debug
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    if !dir.join("kubeless-runtime").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kubeless-runtime",
-                "--bin",
-                "kubeless-runtime",
-            ])
-            .status()
-            .expect("running cargo to build kubeless-runtime");
-        assert!(
-            status.success() && dir.join("kubeless-runtime").exists(),
-            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved, so no env variable
-/// has to be set for the pod runner.
-fn image_map(into: &Path) -> PathBuf {
-    let src = devcluster::repo_images_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    let bin = bin_dir();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin.to_string_lossy())
-            .replace("${MAP_DIR}", &src.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
-
 struct Http {
     client: HttpClient<HttpConnector, Full<Bytes>>,
     gateway: SocketAddr,
@@ -293,7 +246,10 @@ async fn http_triggers_through_the_builtin_gateway() {
     let dir = tempfile::tempdir().unwrap();
     eprintln!("state in {}", dir.path().display());
     let mut options = devcluster::Options::for_tests(dir.path().join("state"));
-    options.images_dir = Some(image_map(dir.path()));
+    options.images_dir = Some(kubeless_testkit::image_map(
+        dir.path(),
+        &["kubeless-runtime"],
+    ));
     let cluster = devcluster::DevCluster::start(options).await.unwrap();
     let client = cluster.client().await.unwrap();
     install_crds(&client).await;

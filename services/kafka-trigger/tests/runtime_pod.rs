@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
@@ -24,51 +23,6 @@ def handler(event, context):
         f.write(json.dumps({"id": event["event-id"], "ns": event["event-namespace"], "data": data}) + "\n")
     return "ok"
 "#;
-
-/// `target/debug`, with kubeless-runtime built on demand.
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    if !dir.join("kubeless-runtime").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kubeless-runtime",
-                "--bin",
-                "kubeless-runtime",
-            ])
-            .status()
-            .expect("running cargo to build kubeless-runtime");
-        assert!(
-            status.success() && dir.join("kubeless-runtime").exists(),
-            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved.
-fn image_map(into: &Path) -> PathBuf {
-    let src = devcluster::repo_images_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    let bin = bin_dir();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin.to_string_lossy())
-            .replace("${MAP_DIR}", &src.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
 
 async fn create(
     client: &Client,
@@ -99,7 +53,7 @@ async fn create(
 async fn delivers_to_a_python_function_pod() {
     init_logs();
     let images_tmp = tempfile::tempdir().unwrap();
-    let images = image_map(images_tmp.path());
+    let images = kubeless_testkit::image_map(images_tmp.path(), &["kubeless-runtime"]);
     let broker = Broker::start();
     broker.create_topic("greetings", 2).await;
     let c = cluster(Some(images)).await;

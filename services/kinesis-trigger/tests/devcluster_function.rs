@@ -6,7 +6,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
@@ -32,51 +32,6 @@ def handler(event, context):
         f.write(json.dumps(line) + "\n")
     return "ok"
 "#;
-
-/// The folder with the workspace binaries (`target/debug`), built on demand.
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    if !dir.join("kubeless-runtime").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kubeless-runtime",
-                "--bin",
-                "kubeless-runtime",
-            ])
-            .status()
-            .expect("running cargo to build kubeless-runtime");
-        assert!(
-            status.success() && dir.join("kubeless-runtime").exists(),
-            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved.
-fn image_map(into: &Path) -> PathBuf {
-    let src = devcluster::repo_images_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    let bin = bin_dir();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin.to_string_lossy())
-            .replace("${MAP_DIR}", &src.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
 
 /// What the function-controller would create: code ConfigMap, Deployment running
 /// kubeless-runtime, Service, and the Function object.
@@ -211,7 +166,7 @@ async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart
     create_stream(&k, "readings", 2).await;
     let dir = tempfile::tempdir().unwrap();
     let record_log = dir.path().join("arrivals.jsonl");
-    let images = image_map(dir.path());
+    let images = kubeless_testkit::image_map(dir.path(), &["kubeless-runtime"]);
     let (cluster, client, _state) = cluster(Some(images)).await;
     deploy_python_function(&client, "reader", &record_log).await;
     create_aws_secret(&client, "aws").await;

@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::json;
@@ -23,51 +22,6 @@ def handler(event, context):
         "tenant": req.get_header("x-tenant"),
     }
 "#;
-
-/// The folder with the workspace binaries (`target/debug`), built on demand.
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    if !dir.join("kubeless-runtime").exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "kubeless-runtime",
-                "--bin",
-                "kubeless-runtime",
-            ])
-            .status()
-            .expect("running cargo to build kubeless-runtime");
-        assert!(
-            status.success() && dir.join("kubeless-runtime").exists(),
-            "kubeless-runtime is needed in {}: run `cargo build -p kubeless-runtime`",
-            dir.display()
-        );
-    }
-    dir
-}
-
-/// The repository's image map with `${BIN_DIR}` and `${MAP_DIR}` resolved.
-fn image_map(into: &Path) -> PathBuf {
-    let src = devcluster::repo_images_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    let bin = bin_dir();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin.to_string_lossy())
-            .replace("${MAP_DIR}", &src.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
 
 /// What the function-controller would create: code ConfigMap, Deployment running
 /// kubeless-runtime, Service, and the Function object.
@@ -135,7 +89,7 @@ async fn deploy_python_function(client: &kube::Client, name: &str) {
 async fn nats_request_reaches_a_real_python_function_pod() {
     let nats_server = NatsServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let images = image_map(dir.path());
+    let images = kubeless_testkit::image_map(dir.path(), &["kubeless-runtime"]);
     let (cluster, client, _state) = cluster(Some(images)).await;
     deploy_python_function(&client, "greeter").await;
     create_trigger(

@@ -21,7 +21,9 @@ pub use brokers::{create_stream, read_stream};
 pub use cluster::{NS, TestCluster, TestDir, register_function};
 pub use function::{Received, RecordingFunction, Reply};
 pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};
-pub use process::{ServiceProcess, eventually, free_port, signal, target_dir};
+pub use process::{
+    ServiceProcess, eventually, free_port, image_map, signal, target_dir, workspace_bin,
+};
 
 /// Writes a line of a test's results (its numbers, or why it was skipped) straight to stderr,
 /// past libtest's capture of `println!`/`eprintln!`, so a passing test shows it in CI's log too.

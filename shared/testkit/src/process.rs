@@ -34,6 +34,45 @@ pub fn target_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/debug"))
 }
 
+/// The workspace binary `name` in [`target_dir`]. Tests never run cargo themselves: the suite
+/// builds every binary first (`cargo build --workspace --bins`, scripts/test.sh), so a missing
+/// one panics with that command.
+pub fn workspace_bin(name: &str) -> PathBuf {
+    let path = target_dir().join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build --workspace --bins` before the tests (scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// devcluster's image map of the repository (`devcluster/images.d`) written into `<into>/images.d`
+/// with `${BIN_DIR}` set to [`target_dir`] (checked to hold `needs`) and `${MAP_DIR}` to the
+/// repository's map: what a test passes as the cluster's image map to run images as local
+/// processes.
+pub fn image_map(into: &Path, needs: &[&str]) -> PathBuf {
+    for name in needs {
+        workspace_bin(name);
+    }
+    let src = devcluster::repo_images_dir();
+    let out = into.join("images.d");
+    std::fs::create_dir_all(&out).unwrap();
+    let bin = target_dir();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .unwrap()
+            .replace("${BIN_DIR}", &bin.to_string_lossy())
+            .replace("${MAP_DIR}", &src.to_string_lossy());
+        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
+    }
+    out
+}
+
 /// Polls `f` every 100 ms until it gives a value; panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
 where

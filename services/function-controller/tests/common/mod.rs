@@ -60,56 +60,6 @@ pub struct Env {
     pub writes: WriteCounter,
 }
 
-/// Builds a copy of the repository's image map with `${BIN_DIR}` pointing at the folder that
-/// holds `kubeless-runtime` (the test binary lives one level deeper, in `deps/`).
-fn images_dir(into: &Path) -> PathBuf {
-    let repo_dir = devcluster::repo_images_dir();
-    let bin_dir = runtime_bin_dir();
-    let out = into.join("images.d");
-    std::fs::create_dir_all(&out).unwrap();
-    for entry in std::fs::read_dir(&repo_dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path)
-            .unwrap()
-            .replace("${BIN_DIR}", &bin_dir.to_string_lossy())
-            .replace("${MAP_DIR}", &repo_dir.to_string_lossy());
-        std::fs::write(out.join(path.file_name().unwrap()), text).unwrap();
-    }
-    out
-}
-
-/// The target folder holding `kubeless-runtime`, built on first use.
-fn runtime_bin_dir() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-            let status = std::process::Command::new(env!("CARGO"))
-                .args([
-                    "build",
-                    "-p",
-                    "kubeless-runtime",
-                    "--bin",
-                    "kubeless-runtime",
-                ])
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("running cargo build -p kubeless-runtime");
-            assert!(status.success(), "cargo build -p kubeless-runtime failed");
-            assert!(
-                dir.join("kubeless-runtime").is_file(),
-                "kubeless-runtime not found in {}",
-                dir.display()
-            );
-            dir
-        })
-        .clone()
-}
-
 pub async fn counting_client(kubeconfig: &Path, counter: &WriteCounter) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).unwrap();
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
@@ -147,7 +97,8 @@ impl Env {
             .tempdir_in("/tmp")
             .unwrap();
         let mut options = Options::for_tests(dir.path().join("s"));
-        options.images_dir = runner.then(|| images_dir(dir.path()));
+        options.images_dir =
+            runner.then(|| kubeless_testkit::image_map(dir.path(), &["kubeless-runtime"]));
         options.hpa_sync_period = hpa_period;
         let cluster = DevCluster::start(options).await.expect("devcluster starts");
         let client = cluster.client().await.unwrap();
