@@ -12,10 +12,9 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kubeless_api::KinesisTrigger;
 use serde_json::json;
 use support::*;
@@ -97,35 +96,14 @@ async fn a_malformed_trigger_costs_only_itself() {
     )
     .await;
 
-    let cond = eventually(
-        "InvalidSpec on the malformed trigger",
-        Duration::from_secs(30),
-        || async {
-            let t = trigger_api(&client).get("bad").await.ok()?;
-            let conds = t.data["status"]["conditions"].as_array()?.clone();
-            conds
-                .into_iter()
-                .find(|c| c["type"] == "Ready" && c["reason"] == "InvalidSpec")
-        },
+    let (cond, _) = kubeless_testkit::invalid_spec_reported(
+        &client,
+        &trigger_api(&client),
+        "KinesisTrigger",
+        "bad",
     )
     .await;
-    assert_eq!(cond["status"], "False");
     assert!(cond["message"].as_str().unwrap().contains("-1"), "{cond}");
-    eventually("an InvalidSpec Event", Duration::from_secs(30), || async {
-        let list = Api::<KubeEvent>::namespaced(client.clone(), NS)
-            .list(&ListParams::default())
-            .await
-            .ok()?;
-        list.items
-            .iter()
-            .any(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                    && e.reason.as_deref() == Some("InvalidSpec")
-                    && e.type_.as_deref() == Some("Warning")
-            })
-            .then_some(())
-    })
-    .await;
     replica.stop().await;
     cluster.shutdown().await;
 }

@@ -13,9 +13,8 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kube::{Client, CustomResourceExt};
 use kubeless_api::NatsTrigger;
 use serde_json::{Value, json};
@@ -110,38 +109,15 @@ async fn a_malformed_trigger_costs_only_itself() {
     .await;
 
     // The malformed one: Ready=False, InvalidSpec, the deserialization message, and an Event.
-    let cond = eventually(
-        "InvalidSpec on the malformed trigger",
-        Duration::from_secs(30),
-        || async {
-            let t = trigger_api(&client).get("bad").await.ok()?;
-            let conds = t.data["status"]["conditions"].as_array()?.clone();
-            conds
-                .into_iter()
-                .find(|c| c["type"] == "Ready" && c["reason"] == "InvalidSpec")
-        },
+    let (cond, _) = kubeless_testkit::invalid_spec_reported(
+        &client,
+        &trigger_api(&client),
+        "NATSTrigger",
+        "bad",
     )
     .await;
-    assert_eq!(cond["status"], "False");
     let message = cond["message"].as_str().unwrap();
     assert!(message.contains("-1"), "message names the value: {message}");
-    let events = eventually("an InvalidSpec Event", Duration::from_secs(30), || async {
-        let list = Api::<KubeEvent>::namespaced(client.clone(), NS)
-            .list(&ListParams::default())
-            .await
-            .ok()?;
-        let found: Vec<KubeEvent> = list
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad")
-                    && e.reason.as_deref() == Some("InvalidSpec")
-            })
-            .collect();
-        (!found.is_empty()).then_some(found)
-    })
-    .await;
-    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
 
     // Fixing the object brings it in: it subscribes and turns Ready.
     let mut fixed = trigger_api(&client).get("bad").await.unwrap();

@@ -107,3 +107,55 @@ pub async fn register_function(
     .unwrap();
     slices.create(&PostParams::default(), &slice).await.unwrap();
 }
+
+/// Waits (30 s at most) until the `kind` object `name` in [`NS`] reads through `api` with
+/// Ready=False `InvalidSpec` and a Warning `InvalidSpec` Event names it: what the services do
+/// with an object their guarded watch could not decode. Returns the condition and the Events.
+pub async fn invalid_spec_reported(
+    client: &Client,
+    api: &Api<kube::api::DynamicObject>,
+    kind: &str,
+    name: &str,
+) -> (Value, Vec<k8s_openapi::api::events::v1::Event>) {
+    let timeout = std::time::Duration::from_secs(30);
+    let cond = crate::eventually(
+        &format!("InvalidSpec on {kind} {name}"),
+        timeout,
+        || async {
+            let o = api.get(name).await.ok()?;
+            let conds = o.data["status"]["conditions"].as_array()?.clone();
+            conds
+                .into_iter()
+                .find(|c| c["type"] == "Ready" && c["reason"] == "InvalidSpec")
+        },
+    )
+    .await;
+    assert_eq!(cond["status"], "False", "{cond}");
+    let events = crate::eventually(
+        &format!("an InvalidSpec Event about {kind} {name}"),
+        timeout,
+        || async {
+            let list = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), NS)
+                .list(&Default::default())
+                .await
+                .ok()?;
+            let found: Vec<_> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.reason.as_deref() == Some("InvalidSpec")
+                        && e.regarding.as_ref().is_some_and(|r| {
+                            r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                        })
+                })
+                .collect();
+            (!found.is_empty()).then_some(found)
+        },
+    )
+    .await;
+    assert!(
+        events.iter().all(|e| e.type_.as_deref() == Some("Warning")),
+        "{events:?}"
+    );
+    (cond, events)
+}

@@ -18,7 +18,7 @@ mod process;
 pub use brokers::{MOTO_REGION, Moto, NatsServer, Tansu};
 #[cfg(feature = "kinesis")]
 pub use brokers::{create_stream, read_stream};
-pub use cluster::{NS, TestCluster, TestDir, register_function};
+pub use cluster::{NS, TestCluster, TestDir, invalid_spec_reported, register_function};
 pub use function::{Received, RecordingFunction, Reply};
 pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};
 pub use process::{
