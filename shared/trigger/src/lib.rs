@@ -20,6 +20,7 @@ pub mod deliver;
 pub mod metrics;
 pub mod resolution;
 pub mod selector;
+pub mod status;
 
 pub use controller::{
     Plan, PlannedUnit, Problem, Running, Settings, Source, TriggerPlan, TriggerStatus, Unit,
