@@ -1,38 +1,36 @@
-//! Kubeless redis-trigger: delivers the entries of a Redis stream to the functions each
-//! RedisTrigger selects, one consumer group per (trigger, function). The worked example of a
-//! trigger on the trigger runtime (docs/custom-trigger.md): this file is the [`Source`] (the
-//! pure plan and how a unit starts), [`reader`] the broker code; watching, status, Events,
-//! Lease, retries, dead-letter policy, metrics and shutdown are `kubeless-trigger`'s.
+//! Kubeless redis-trigger: delivers Redis stream entries to the functions a RedisTrigger selects,
+//! one consumer group per (trigger, function). The worked example of docs/custom-trigger.md: this
+//! file is the [`Source`] (flags, the pure plan, how a unit starts), [`reader`] the broker code;
+//! the rest (watches, status, Events, Lease, retries, metrics, drain) is `kubeless-trigger`'s,
+//! and [`runtime_gaps`] what it does not have yet.
 
 pub mod reader;
-mod unit;
+pub mod runtime_gaps;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 use kubeless_api::conditions::reasons;
 use kubeless_api::{DeliveryPolicy, Function, RedisTrigger, RedisTriggerStatus};
-use kubeless_invoke::{FunctionTarget, Invoker};
-use kubeless_service::{LeaseConfig, ServiceArgs, ThrottledEvents};
-use kubeless_trigger::{
-    FunctionSelector, Names, Plan, PlannedUnit, Problem, ResolutionArgs, Source, TriggerMetrics,
-    TriggerPlan, UnitContext,
-};
+use kubeless_invoke::FunctionTarget;
+use kubeless_service::{Context, LeaseConfig, ServiceArgs};
+use kubeless_trigger::{FunctionSelector, Names, Plan, PlannedUnit, Problem, ResolutionArgs};
+use kubeless_trigger::{Source, TriggerPlan, UnitContext};
 
-pub use unit::UnitTask;
+use runtime_gaps::{Parts, UnitTask};
 
-/// Name of the service (OTel service name, default Lease name).
 pub const SERVICE_NAME: &str = "redis-trigger";
-/// Field manager of status writes, reporting controller of Events.
-pub const FIELD_MANAGER: &str = "kubeless-redis-trigger";
 
-/// This service's flags (besides the shared ones).
-#[derive(Debug, Clone, clap::Args)]
-pub struct TriggerArgs {
+/// The command line: the flags every service has, endpoint resolution, and these.
+#[derive(Debug, clap::Parser)]
+#[command(name = "redis-trigger", version, about = "Kubeless redis-trigger")]
+pub struct Cli {
+    #[command(flatten)]
+    pub service: ServiceArgs,
     #[command(flatten)]
     pub resolution: ResolutionArgs,
-    /// Seconds a stopping reader waits for the entry in flight before leaving it pending.
+    /// Seconds a stopping reader waits for the entry in flight (then it stays pending).
     #[arg(long, env = "KUBELESS_DRAIN_TIMEOUT_SECONDS", default_value_t = 30)]
     pub drain_timeout_seconds: u64,
     /// Seconds between full recomputations (watch events trigger one at once).
@@ -40,162 +38,103 @@ pub struct TriggerArgs {
     pub resync_seconds: u64,
 }
 
-/// The whole command line.
-
-#[derive(Debug, clap::Parser)]
-#[command(name = "redis-trigger", version, about = "Kubeless redis-trigger")]
-pub struct Cli {
-    #[command(flatten)]
-    pub service: ServiceArgs,
-    #[command(flatten)]
-    pub trigger: TriggerArgs,
-}
-
-impl Cli {
-    /// Every replica reads (consumer groups spread entries); the Lease only gates status
-    /// writes, so the scaffold's whole-process election is switched off.
-    pub fn split_leader_election(self) -> (ServiceArgs, TriggerArgs, Option<LeaseConfig>) {
-        let Self {
-            mut service,
-            trigger,
-        } = self;
-        let lease = service.clone().into_config(SERVICE_NAME).lease;
-        service.leader_elect = false;
-        (service, trigger, lease)
-    }
-}
-
-/// One reader: a (trigger, function) pair.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ReaderKey {
-    pub namespace: String,
-    pub trigger: String,
-    pub function: String,
-}
-
-impl std::fmt::Display for ReaderKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}->{}", self.namespace, self.trigger, self.function)
-    }
-}
-
-/// What a reader needs; a change restarts it.
+/// What one reader, a (trigger, function) pair, needs; a change restarts it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReaderConfig {
     pub url: String,
     pub stream: String,
-    /// `<consumerGroup or namespace_trigger>_<function>`.
+    /// `<consumerGroup, default namespace_trigger>_<function>`.
     pub group: String,
     pub dead_letter: Option<String>,
     pub target: FunctionTarget,
     pub policy: DeliveryPolicy,
-    /// Entries pending longer than this on another consumer are taken over (it died).
+    /// Entries pending longer than this on another consumer are taken over: it died.
     pub claim_idle: Duration,
-    pub trigger_uid: Option<String>,
+    /// The trigger, which Events and metrics name.
+    pub trigger: k8s_openapi::api::core::v1::ObjectReference,
 }
 
-/// The desired readers of one trigger, or why it has none. Pure.
+type Planned = PlannedUnit<String, ReaderConfig>;
+
+/// The readers of one trigger (keys `<ns>/<trigger>-><function>`), or why it has none. Pure.
 pub fn plan_trigger(
     t: &RedisTrigger,
-    namespace: &str,
+    ns: &str,
     name: &str,
     functions: &[Arc<Function>],
-) -> Result<Vec<PlannedUnit<ReaderKey, ReaderConfig>>, Problem> {
-    let spec = &t.spec;
-    redis::Client::open(spec.url.as_str())
-        .map_err(|e| Problem::invalid_spec(format!("url {:?}: {e}", spec.url)))?;
+) -> Result<Vec<Planned>, Problem> {
+    let (spec, invalid) = (&t.spec, |m: String| Problem::invalid_spec(m));
+    redis::Client::open(spec.url.as_str()).map_err(|e| invalid(format!("url: {e}")))?;
     if spec.stream.trim().is_empty() {
-        return Err(Problem::invalid_spec("stream is empty"));
+        return Err(invalid("stream is empty".into()));
     }
-    let policy = spec
-        .delivery_policy()
-        .map_err(|e| Problem::invalid_spec(e.to_string()))?;
+    let policy = spec.delivery_policy().map_err(|e| invalid(e.to_string()))?;
     let selector = FunctionSelector::new(&spec.function_selector).map_err(|e| Problem {
         reason: reasons::INVALID_SELECTOR,
         message: e.to_string(),
     })?;
-    let prefix = (spec.consumer_group.as_deref().map(str::trim))
-        .filter(|g| !g.is_empty())
-        .map_or_else(|| format!("{namespace}_{name}"), str::to_string);
+    let prefix = (spec.consumer_group.clone().filter(|g| !g.trim().is_empty()))
+        .unwrap_or_else(|| format!("{ns}_{name}"));
     let selected = functions.iter().filter(|f| {
         f.metadata.deletion_timestamp.is_none()
-            && f.namespace().as_deref() == Some(namespace)
+            && f.namespace().as_deref() == Some(ns)
             && selector.matches(f.labels())
     });
-    Ok(selected
-        .map(|f| {
-            let function = f.name_any();
-            let target = FunctionTarget::for_function(f, namespace);
-            // A healthy reader may hold an entry through every attempt and backoff.
-            let busy = (target.timeout + policy.max_backoff) * policy.max_attempts;
-            let config = ReaderConfig {
-                url: spec.url.clone(),
-                stream: spec.stream.clone(),
-                group: format!("{prefix}_{function}"),
-                dead_letter: spec.dead_letter_stream.clone().filter(|s| !s.is_empty()),
-                claim_idle: busy + Duration::from_secs(60),
-                target,
-                policy,
-                trigger_uid: t.metadata.uid.clone(),
-            };
-            let key = ReaderKey {
-                namespace: namespace.into(),
-                trigger: name.into(),
-                function: function.clone(),
-            };
-            PlannedUnit {
-                key,
-                function,
-                config,
-            }
-        })
-        .collect())
+    let unit = |f: &Arc<Function>| {
+        let (function, target) = (f.name_any(), FunctionTarget::for_function(f, ns));
+        // A healthy reader may hold an entry through every attempt and backoff.
+        let busy = (target.timeout + policy.max_backoff) * policy.max_attempts;
+        let config = ReaderConfig {
+            url: spec.url.clone(),
+            stream: spec.stream.clone(),
+            group: format!("{prefix}_{function}"),
+            dead_letter: spec.dead_letter_stream.clone().filter(|s| !s.is_empty()),
+            claim_idle: busy + Duration::from_secs(60),
+            target,
+            policy,
+            trigger: t.object_ref(&()),
+        };
+        let key = format!("{ns}/{name}->{function}");
+        PlannedUnit {
+            key,
+            function,
+            config,
+        }
+    };
+    Ok(selected.map(unit).collect())
 }
 
-/// The RedisTrigger source: the plan, and readers started with what they share.
-pub struct RedisSource(pub Arc<Shared>);
-
-/// What every reader of the process shares.
-pub struct Shared {
-    pub invoker: Invoker,
-    pub events: Option<ThrottledEvents>,
-    pub metrics: TriggerMetrics,
-    /// Consumer name in every group: the pod name, so a restarted pod finds its pending entries.
+/// The RedisTrigger source: what its readers share.
+pub struct RedisSource {
+    pub parts: Arc<Parts>,
+    /// The consumer name in every group: the pod's, so a restarted pod finds its pending entries.
     pub consumer: String,
     pub drain_timeout: Duration,
 }
 
-/// The metric names: `kubeless_redis_trigger_*`.
-pub const METRIC_NAMES: Names = Names {
-    prefix: "redis_trigger",
-    kind: "RedisTrigger",
-    units: "readers",
-    units_help: "Stream readers (one per trigger and function) in this process",
-};
-
 impl Source for RedisSource {
     type Trigger = RedisTrigger;
     type Status = RedisTriggerStatus;
-    type Key = ReaderKey;
+    type Key = String;
     type Config = ReaderConfig;
     type Unit = UnitTask;
 
     fn field_manager(&self) -> &'static str {
-        FIELD_MANAGER
+        "kubeless-redis-trigger"
     }
 
     fn plan(
         &self,
         triggers: &[Arc<RedisTrigger>],
         functions: &[Arc<Function>],
-    ) -> Plan<ReaderKey, ReaderConfig> {
+    ) -> Plan<String, ReaderConfig> {
         Plan::build(triggers, |t, ns, name| plan_trigger(t, ns, name, functions))
     }
 
-    fn start(&self, key: &ReaderKey, config: Arc<ReaderConfig>, ctx: &UnitContext) -> UnitTask {
-        let (shared, key) = (Arc::clone(&self.0), key.clone());
-        UnitTask::spawn(ctx, move |state, stop| {
-            reader::run(shared, key, config, state, stop)
+    fn start(&self, _: &String, cfg: Arc<ReaderConfig>, ctx: &UnitContext) -> UnitTask {
+        let (parts, consumer) = (Arc::clone(&self.parts), self.consumer.clone());
+        UnitTask::spawn(ctx, self.drain_timeout, |state, stop| {
+            reader::run(parts, consumer, cfg, state, stop)
         })
     }
 
@@ -203,7 +142,7 @@ impl Source for RedisSource {
         trigger.status.as_ref()
     }
 
-    fn ready_message(&self, t: &RedisTrigger, plan: &TriggerPlan<ReaderKey>) -> String {
+    fn ready_message(&self, t: &RedisTrigger, plan: &TriggerPlan<String>) -> String {
         format!(
             "reading stream {} for {}",
             t.spec.stream,
@@ -212,57 +151,24 @@ impl Source for RedisSource {
     }
 }
 
-/// Errors that stop the service.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("creating the Kubernetes client failed")]
-    Client(#[source] kube::Error),
-}
-
 /// What the binary runs under [`kubeless_service::run`].
-pub async fn serve(
-    ctx: kubeless_service::Context,
-    args: TriggerArgs,
-    lease: Option<LeaseConfig>,
-) -> Result<(), Error> {
-    let TriggerArgs {
-        resolution,
-        drain_timeout_seconds,
-        resync_seconds,
-    } = args;
-    let client = match ctx.kube_client.clone() {
-        Some(c) => c,
-        None => kube::Client::try_default().await.map_err(Error::Client)?,
-    };
-    let namespace = ctx.config.watch_namespace.clone();
-    let (resolver, endpoint_watch) = resolution.resolution().build(&client, namespace.as_deref());
-    let metrics = TriggerMetrics::register(&ctx.metrics, METRIC_NAMES);
-    let consumer = ["POD_NAME", "HOSTNAME"]
+pub async fn serve(ctx: Context, cli: Cli, lease: Option<LeaseConfig>) -> Result<(), kube::Error> {
+    let pod = ["POD_NAME", "HOSTNAME"]
         .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
-    let source = RedisSource(Arc::new(Shared {
-        invoker: Invoker::new(resolver),
-        events: Some(kubeless_trigger::controller::throttled_events(
-            &client,
-            FIELD_MANAGER,
-        )),
-        metrics: metrics.clone(),
-        consumer: consumer.unwrap_or_else(|| SERVICE_NAME.into()),
-        drain_timeout: Duration::from_secs(drain_timeout_seconds),
-    }));
-    let settings = kubeless_trigger::Settings {
-        namespace,
-        resync: Duration::from_secs(resync_seconds.max(1)),
-        lease,
+        .find_map(|v| std::env::var(v).ok());
+    let source = |parts| RedisSource {
+        parts: Arc::new(parts),
+        consumer: pod
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| SERVICE_NAME.into()),
+        drain_timeout: Duration::from_secs(cli.drain_timeout_seconds),
     };
-    let shutdown = ctx.shutdown.token().clone();
-    let mut running =
-        kubeless_trigger::run(client, source, settings, metrics, &ctx.metrics, shutdown);
-    if let Some(watch) = endpoint_watch {
-        running.keep(watch);
-    }
-    running.wait_synced().await;
-    ctx.readiness.set_ready(true);
-    running.join().await;
-    Ok(())
+    let names = Names {
+        prefix: "redis_trigger",
+        kind: "RedisTrigger",
+        units: "readers",
+        units_help: "Stream readers (one per trigger and function) in this process",
+    };
+    let resync = Duration::from_secs(cli.resync_seconds);
+    runtime_gaps::serve(ctx, cli.resolution, resync, lease, names, source).await
 }

@@ -1,13 +1,14 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use redis_trigger::{Cli, SERVICE_NAME, runtime_gaps::split_leader_election, serve};
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (service, args, lease) = redis_trigger::Cli::parse().split_leader_election();
-    let name = redis_trigger::SERVICE_NAME;
+    let cli = Cli::parse();
+    let (service, lease) = split_leader_election(cli.service.clone(), SERVICE_NAME);
     // `run` logs the error chain; a failure exit makes the orchestrator restart the pod.
-    let served = kubeless_service::run(name, service, |ctx| redis_trigger::serve(ctx, args, lease));
+    let served = kubeless_service::run(SERVICE_NAME, service, |ctx| serve(ctx, cli, lease));
     if served.await.is_ok() {
         ExitCode::SUCCESS
     } else {

@@ -12,7 +12,7 @@ use kubeless_trigger::Plan;
 use redis::Value;
 use redis::streams::StreamId;
 use redis_trigger::reader::{EVENT_NAMESPACE, body, dead_letter_fields, event};
-use redis_trigger::{ReaderConfig, ReaderKey, plan_trigger};
+use redis_trigger::{ReaderConfig, plan_trigger};
 use serde_json::json;
 
 fn function(name: &str, ns: &str, labels: serde_json::Value) -> Arc<Function> {
@@ -46,7 +46,7 @@ fn functions() -> Vec<Arc<Function>> {
     ]
 }
 
-fn plan(spec: serde_json::Value) -> Plan<ReaderKey, ReaderConfig> {
+fn plan(spec: serde_json::Value) -> Plan<String, ReaderConfig> {
     Plan::build(&[trigger(spec)], |t, ns, name| {
         plan_trigger(t, ns, name, &functions())
     })
@@ -60,7 +60,7 @@ fn one_reader_per_selected_function_in_the_trigger_namespace() {
         "retry": {"maxAttempts": 3, "maxBackoff": "2s"},
         "deadLetterStream": "orders-dead"
     }));
-    let keys: Vec<String> = p.units.keys().map(ToString::to_string).collect();
+    let keys: Vec<&String> = p.units.keys().collect();
     assert_eq!(keys, ["shop/orders->a", "shop/orders->b"]);
     let a = p.units.values().next().unwrap();
     assert_eq!(
@@ -73,7 +73,8 @@ fn one_reader_per_selected_function_in_the_trigger_namespace() {
     assert_eq!(a.target.timeout, Duration::from_secs(7));
     // Idle longer than every attempt with its backoff, plus a minute.
     assert_eq!(a.claim_idle, Duration::from_secs(3 * (7 + 2) + 60));
-    assert_eq!(a.trigger_uid.as_deref(), Some("u-1"));
+    assert_eq!(a.trigger.uid.as_deref(), Some("u-1"));
+    assert_eq!(a.trigger.kind.as_deref(), Some("RedisTrigger"));
     let t = &p.triggers[&("shop".to_string(), "orders".to_string())];
     assert_eq!(t.functions, ["a", "b"]);
     assert_eq!(t.generation, Some(2));
