@@ -11,7 +11,7 @@ use kubeless_api::{Function, RedisTrigger};
 use kubeless_trigger::Plan;
 use redis::Value;
 use redis::streams::StreamId;
-use redis_trigger::reader::{EVENT_NAMESPACE, body, dead_letter_fields, event};
+use redis_trigger::reader::{EVENT_NAMESPACE, body, dlq_fields, event};
 use redis_trigger::{ReaderConfig, plan_trigger};
 use serde_json::json;
 
@@ -68,13 +68,13 @@ fn one_reader_per_selected_function_in_the_trigger_namespace() {
         "default group: <ns>_<trigger>_<function>"
     );
     assert_eq!(a.stream, "orders");
-    assert_eq!(a.dead_letter.as_deref(), Some("orders-dead"));
-    assert_eq!(a.policy.max_attempts, 3);
-    assert_eq!(a.target.timeout, Duration::from_secs(7));
+    assert_eq!(a.to.dead_letter.as_deref(), Some("orders-dead"));
+    assert_eq!(a.to.policy.max_attempts, 3);
+    assert_eq!(a.to.target.timeout, Duration::from_secs(7));
     // Idle longer than every attempt with its backoff, plus a minute.
     assert_eq!(a.claim_idle, Duration::from_secs(3 * (7 + 2) + 60));
-    assert_eq!(a.trigger.uid.as_deref(), Some("u-1"));
-    assert_eq!(a.trigger.kind.as_deref(), Some("RedisTrigger"));
+    assert_eq!(a.to.trigger.uid.as_deref(), Some("u-1"));
+    assert_eq!(a.to.trigger.kind.as_deref(), Some("RedisTrigger"));
     let t = &p.triggers[&("shop".to_string(), "orders".to_string())];
     assert_eq!(t.functions, ["a", "b"]);
     assert_eq!(t.generation, Some(2));
@@ -89,7 +89,7 @@ fn a_consumer_group_is_a_prefix_per_function() {
     }));
     let groups: Vec<&str> = p.units.values().map(|c| c.group.as_str()).collect();
     assert_eq!(groups, ["billing_b"]);
-    assert_eq!(p.units.values().next().unwrap().dead_letter, None);
+    assert_eq!(p.units.values().next().unwrap().to.dead_letter, None);
 }
 
 #[test]
@@ -146,7 +146,7 @@ fn the_body_is_the_data_field_else_every_field_as_json() {
 
 #[test]
 fn a_dead_letter_keeps_the_fields_and_says_what_failed_where() {
-    let fields = dead_letter_fields(
+    let fields = dlq_fields(
         &entry(&[("data", "x"), ("a", "1")]),
         "orders",
         "shop/a",
