@@ -14,8 +14,7 @@ use kube::{Resource, ResourceExt};
 use kubeless_api::{Function, RedisTrigger, RedisTriggerStatus};
 use kubeless_invoke::FunctionTarget;
 use kubeless_service::{Context, LeaseConfig, ServiceArgs};
-use kubeless_trigger::{Names, Plan, PlannedUnit, Problem};
-use kubeless_trigger::{Source, TriggerPlan, UnitContext};
+use kubeless_trigger::{Names, Plan, PlannedUnit, Problem, Source, TriggerPlan, UnitContext};
 
 use runtime_gaps::{Destination, Parts, TriggerArgs, UnitTask};
 
@@ -43,16 +42,11 @@ pub struct ReaderConfig {
     pub to: Destination,
 }
 
-type Planned = PlannedUnit<String, ReaderConfig>;
+type Planned = Result<Vec<PlannedUnit<String, ReaderConfig>>, Problem>;
 type Readers = Plan<String, ReaderConfig>;
 
 /// The readers of one trigger (keys `<ns>/<trigger>-><function>`), or why it has none. Pure.
-pub fn plan_trigger(
-    t: &RedisTrigger,
-    ns: &str,
-    name: &str,
-    functions: &[Arc<Function>],
-) -> Result<Vec<Planned>, Problem> {
+pub fn plan_trigger(t: &RedisTrigger, ns: &str, name: &str, fns: &[Arc<Function>]) -> Planned {
     let (spec, invalid) = (&t.spec, |m: String| Problem::invalid_spec(m));
     redis::Client::open(spec.url.as_str()).map_err(|e| invalid(format!("url: {e}")))?;
     if spec.stream.trim().is_empty() {
@@ -61,23 +55,22 @@ pub fn plan_trigger(
     let policy = spec.delivery_policy().map_err(|e| invalid(e.to_string()))?;
     let prefix = (spec.consumer_group.clone().filter(|g| !g.trim().is_empty()))
         .unwrap_or_else(|| format!("{ns}_{name}"));
-    let selected = runtime_gaps::select(&spec.function_selector, ns, functions)?;
+    let selected = runtime_gaps::select(&spec.function_selector, ns, fns)?;
     let unit = |f: &Arc<Function>| {
         let (function, target) = (f.name_any(), FunctionTarget::for_function(f, ns));
         // A healthy reader may hold an entry through every attempt and backoff.
         let busy = (target.timeout + policy.max_backoff) * policy.max_attempts;
-        let to = Destination {
-            dead_letter: spec.dead_letter_stream.clone().filter(|s| !s.is_empty()),
-            trigger: t.object_ref(&()),
-            target,
-            policy,
-        };
         let config = ReaderConfig {
             url: spec.url.clone(),
             stream: spec.stream.clone(),
             group: format!("{prefix}_{function}"),
             claim_idle: busy + Duration::from_secs(60),
-            to,
+            to: Destination {
+                dead_letter: spec.dead_letter_stream.clone().filter(|s| !s.is_empty()),
+                trigger: t.object_ref(&()),
+                target,
+                policy,
+            },
         };
         let key = format!("{ns}/{name}->{function}");
         PlannedUnit {
