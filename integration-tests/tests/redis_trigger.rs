@@ -1,10 +1,10 @@
 //! The Redis Streams trigger end to end, the worked example of docs/custom-trigger.md:
 //! devcluster running a Python function deployed with `kubeless function deploy` (the
 //! function-controller as a process), Debian's redis-server on loopback and the redis-trigger
-//! binary as a process. Entries reach the function; an entry the function fails on goes to the
-//! dead-letter stream with the error; and after a SIGKILL of the trigger mid-stream, with
-//! entries read but not acknowledged, a new process delivers every entry at least once and
-//! leaves nothing pending. Uses the binaries `cargo build --workspace --bins` left in this
+//! binary as a process. A trigger whose Redis is unreachable is `BrokerUnavailable`; entries
+//! reach the function; an entry the function fails on goes to the dead-letter stream with the
+//! error; and after a SIGKILL of the trigger mid-stream, with entries read but not acknowledged,
+//! a new process delivers every entry at least once and leaves nothing pending. Uses the binaries `cargo build --workspace --bins` left in this
 //! test's target dir (scripts/test.sh builds them first) and redis-server (.ci/run installs it).
 #![cfg(test)]
 
@@ -15,8 +15,11 @@ use integration_tests::target_debug_dir;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{RedisTrigger, is_ready};
-use kubeless_testkit::{NS, RedisServer, ServiceProcess, TestCluster, eventually, report};
+use kubeless_api::conditions::reasons;
+use kubeless_api::{RedisTrigger, find_condition, is_ready};
+use kubeless_testkit::{
+    NS, RedisServer, ServiceProcess, TestCluster, eventually, free_port, report,
+};
 use redis::Commands;
 use redis::streams::{StreamPendingReply, StreamRangeReply};
 use serde_json::json;
@@ -171,6 +174,36 @@ async fn entries_reach_the_function_dead_letters_and_survive_a_trigger_kill() {
         }
     })
     .await;
+
+    // A trigger whose Redis is unreachable says so, and the service keeps running.
+    let offline: RedisTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "RedisTrigger",
+        "metadata": {"name": "offline", "namespace": NS},
+        "spec": {"url": format!("redis://127.0.0.1:{}", free_port()), "stream": STREAM,
+                 "functionSelector": {"matchLabels": {"stream": "events"}}}
+    }))
+    .unwrap();
+    triggers
+        .create(&PostParams::default(), &offline)
+        .await
+        .unwrap();
+    eventually(
+        "the offline trigger BrokerUnavailable",
+        Duration::from_secs(60),
+        || {
+            let triggers = triggers.clone();
+            async move {
+                let status = triggers.get("offline").await.ok()?.status?;
+                let ready = find_condition(&status.conditions, "Ready")?;
+                (ready.reason.as_deref() == Some(reasons::BROKER_UNAVAILABLE)).then_some(())
+            }
+        },
+    )
+    .await;
+    triggers
+        .delete("offline", &Default::default())
+        .await
+        .unwrap();
 
     // Delivery, and an entry the function fails on goes to the dead letters.
     let first: Vec<String> = (1..=5)
