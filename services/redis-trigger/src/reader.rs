@@ -119,7 +119,8 @@ impl Reader {
                     ids(new?)
                 }
             };
-            for entry in &entries {
+            // An entry trimmed while pending comes without fields; XAUTOCLAIM drops it later.
+            for entry in entries.iter().filter(|e| !e.map.is_empty()) {
                 let dead_letter = |dlq: &str, o: &Outcome| {
                     let (mut con, dlq) = (con.clone(), dlq.to_string());
                     let fields =

@@ -668,7 +668,8 @@ impl KinesisTriggerSpec {
 #[serde(rename_all = "camelCase")]
 pub struct RedisTriggerSpec {
     /// The Redis server, `redis://host:port[/db]` (`rediss://` is refused: the example trigger
-    /// is built without TLS). No password: run Redis without AUTH or put one in the URL.
+    /// is built without TLS). There is no passwordSecret: a password in the URL
+    /// (`redis://:PASSWORD@host`) works but anyone who can read the trigger can read it.
     #[schemars(regex(pattern = r"^redis://[^\s]+$"))]
     pub url: String,
     /// Stream to read (created empty when missing).
