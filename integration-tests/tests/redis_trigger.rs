@@ -4,7 +4,8 @@
 //! binary as a process. A trigger whose Redis is unreachable is `BrokerUnavailable`; entries
 //! reach the function; an entry the function fails on goes to the dead-letter stream with the
 //! error; and after a SIGKILL of the trigger mid-stream, with entries read but not acknowledged,
-//! a new process delivers every entry at least once and leaves nothing pending. Uses the binaries `cargo build --workspace --bins` left in this
+//! a new process delivers every entry at least once and leaves nothing pending; SIGTERM ends
+//! it cleanly. Uses the binaries `cargo build --workspace --bins` left in this
 //! test's target dir (scripts/test.sh builds them first) and redis-server (.ci/run installs it).
 #![cfg(test)]
 
@@ -293,6 +294,12 @@ async fn entries_reach_the_function_dead_letters_and_survive_a_trigger_kill() {
         burst.len()
     );
     assert!(trigger.running(), "{}", trigger.log_tail(30));
-    drop(trigger);
+    // SIGTERM: the readers stop, draining, and the process exits.
+    let log = trigger.log.clone();
+    assert!(
+        trigger.terminate(Duration::from_secs(20)).is_some(),
+        "the trigger did not exit on SIGTERM: {}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
     c.shutdown().await;
 }
