@@ -119,8 +119,10 @@ impl Reader {
                     ids(new?)
                 }
             };
-            // An entry trimmed while pending comes without fields; XAUTOCLAIM drops it later.
-            for entry in entries.iter().filter(|e| !e.map.is_empty()) {
+            // An entry trimmed while pending comes without fields (XAUTOCLAIM drops it later);
+            // once stopped, only the entry in flight is finished.
+            let live = entries.iter().filter(|e| !e.map.is_empty());
+            for entry in live.take_while(|_| !stop.is_cancelled()) {
                 let dead_letter = |dlq: &str, o: &Outcome| {
                     let (mut con, dlq) = (con.clone(), dlq.to_string());
                     let fields =
@@ -142,9 +144,7 @@ impl Reader {
 }
 
 fn ids(reply: Option<StreamReadReply>) -> Vec<StreamId> {
-    reply
-        .into_iter()
-        .flat_map(|r| r.keys)
-        .flat_map(|k| k.ids)
-        .collect()
+    // One stream is read: at most one key.
+    let key = reply.and_then(|r| r.keys.into_iter().next());
+    key.map(|k| k.ids).unwrap_or_default()
 }
