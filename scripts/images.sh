@@ -38,6 +38,7 @@ cron-invoker $VERSION services/cronjob-trigger-controller/Dockerfile.invoker
 nats-trigger $VERSION services/nats-trigger/Dockerfile
 kafka-trigger $VERSION services/kafka-trigger/Dockerfile
 kinesis-trigger $VERSION services/kinesis-trigger/Dockerfile
+redis-trigger $VERSION services/redis-trigger/Dockerfile
 runtime-python 3.11 runtimes/python/Dockerfile
 runtime-nodejs ${NODE_MAJOR:-none} runtimes/nodejs/Dockerfile
 runtime-ruby 3.1 runtimes/ruby/Dockerfile

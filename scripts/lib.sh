@@ -89,9 +89,11 @@ ensure_containers() {
 
 ensure_tools() {
   ensure_containers
-  # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included).
+  # kubectl (devcluster's kubectl script test), nats-server (NATS tests, JetStream included),
+  # redis-server (the redis-trigger's tests: Redis Streams).
   ensure_cmd kubectl kubernetes-client
   ensure_cmd nats-server nats-server
+  ensure_cmd redis-server redis-server
   # Headless chromium and its WebDriver (the dashboard's browser test, cli/tests/dashboard.rs).
   ensure_cmd chromium chromium
   ensure_cmd chromedriver chromium-driver

@@ -9,6 +9,7 @@ use kube::{
 };
 use kubeless_api::{
     CronJobTrigger, Function, FunctionSpec, HttpTrigger, KafkaTrigger, KinesisTrigger, NatsTrigger,
+    RedisTrigger,
 };
 
 use crate::{
@@ -29,6 +30,7 @@ pub fn resource_of(kind: &str) -> Option<ApiResource> {
         "KafkaTrigger" => ApiResource::erase::<KafkaTrigger>(&()),
         "NATSTrigger" => ApiResource::erase::<NatsTrigger>(&()),
         "KinesisTrigger" => ApiResource::erase::<KinesisTrigger>(&()),
+        "RedisTrigger" => ApiResource::erase::<RedisTrigger>(&()),
         _ => return None,
     })
 }
@@ -95,7 +97,7 @@ pub async fn apply(ctx: &Ctx, path: &Path) -> Result<()> {
             let Some(ar) = resource_of(&kind) else {
                 return Err(Error::usage(format!(
                     "{}: kind {kind:?} is not one kubeless applies (Function, HTTPTrigger, \
-                     CronJobTrigger, KafkaTrigger, NATSTrigger, KinesisTrigger); use kubectl apply for it",
+                     CronJobTrigger, KafkaTrigger, NATSTrigger, KinesisTrigger, RedisTrigger); use kubectl apply for it",
                     file.display()
                 )));
             };

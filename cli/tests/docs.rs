@@ -100,6 +100,7 @@ const SERVICES: &[(&str, &[&str])] = &[
     ("kafka-trigger", &[]),
     ("nats-trigger", &[]),
     ("kinesis-trigger", &[]),
+    ("redis-trigger", &[]),
     ("devcluster", &["up"]),
 ];
 

@@ -4,7 +4,8 @@
 //! token for the chart's ServiceAccount and enforces RBAC and PodSecurity `restricted` in the
 //! release and function namespaces. A Python and a Node.js function are deployed with the
 //! `kubeless` CLI; the Python one gets one event through each trigger: HTTP (the built-in
-//! gateway), cron (scheduler mode), NATS, Kafka (tansu) and Kinesis (moto). The test fails if a
+//! gateway), cron (scheduler mode), NATS, Kafka (tansu), Kinesis (moto) and Redis Streams
+//! (redis-server, the redis-trigger of docs/custom-trigger.md). The test fails if a
 //! service log mentions "forbidden". Uses the binaries `cargo build --workspace --bins` left in
 //! this test's target dir (scripts/test.sh builds them first) and the brokers .ci/run installs.
 //!
@@ -27,7 +28,7 @@ use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
-use kubeless_testkit::{Moto, NatsServer, Tansu, free_port};
+use kubeless_testkit::{Moto, NatsServer, RedisServer, Tansu, free_port};
 use serde_json::{Value, json};
 
 const RELEASE_NS: &str = "kubeless";
@@ -70,6 +71,7 @@ fn values(nats: &str, kafka: &str, dashboard_port: u16, mode: Mode, registry: &s
         "nats-trigger": {"enabled": true, "nats": {"url": nats}},
         "kafka-trigger": {"enabled": true, "kafka": {"brokers": kafka, "sessionTimeoutMs": 6000}},
         "kinesis-trigger": {"enabled": true},
+        "redis-trigger": {"enabled": true},
         // The dashboard listens on the pod's loopback, which here is the machine's: a free port.
         "dashboard": {"enabled": true, "namespace": FUNCTIONS_NS, "port": dashboard_port},
     })
@@ -533,13 +535,14 @@ enum Mode {
 }
 
 /// The images of the services and of the two runtimes the test deploys.
-const IMAGES: [&str; 9] = [
+const IMAGES: [&str; 10] = [
     "function-controller",
     "http-trigger-controller",
     "cronjob-trigger-controller",
     "nats-trigger",
     "kafka-trigger",
     "kinesis-trigger",
+    "redis-trigger",
     "dashboard",
     "runtime-python",
     "runtime-nodejs",
@@ -628,10 +631,12 @@ async fn all_triggers(mode: Mode) {
         "nats-trigger",
         "kafka-trigger",
         "kinesis-trigger",
+        "redis-trigger",
         "kubeless",
         "kubeless-runtime",
     ]);
     let nats = NatsServer::start();
+    let redis_server = RedisServer::start();
     let kafka = Tansu::start();
     let moto = Moto::start();
     let nats_url = nats.url.clone();
@@ -668,7 +673,7 @@ async fn all_triggers(mode: Mode) {
     } = install(&objects, mode).await;
     assert_eq!(
         deployments.len(),
-        7,
+        8,
         "every subchart renders its Deployment: {deployments:?}"
     );
     // Idle: installed and Ready, no function or trigger yet.
@@ -784,6 +789,15 @@ async fn all_triggers(mode: Mode) {
     )
     .await;
 
+    create(
+        &client,
+        &discovery,
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": "RedisTrigger",
+        "metadata": {"name": "hello", "namespace": FUNCTIONS_NS},
+        "spec": {"url": redis_server.url, "stream": TOPIC, "functionSelector": selector}}),
+    )
+    .await;
+
     // Every trigger reports Ready before events are sent.
     for kind in [
         "HTTPTrigger",
@@ -791,6 +805,7 @@ async fn all_triggers(mode: Mode) {
         "NATSTrigger",
         "KafkaTrigger",
         "KinesisTrigger",
+        "RedisTrigger",
     ] {
         wait_ready(
             &client,
@@ -836,7 +851,19 @@ async fn all_triggers(mode: Mode) {
         .await
         .unwrap();
 
-    let wanted: Vec<String> = ["http", "cron", "nats", "kafka", "kinesis"]
+    let mut redis_con = redis::Client::open(redis_server.url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: String = redis::Commands::xadd(
+        &mut redis_con,
+        TOPIC,
+        "*",
+        &[("data", format!("via-redis-{marker}"))],
+    )
+    .unwrap();
+
+    let wanted: Vec<String> = ["http", "cron", "nats", "kafka", "kinesis", "redis"]
         .iter()
         .map(|via| format!("via-{via}-{marker}"))
         .collect();

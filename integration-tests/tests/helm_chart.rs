@@ -180,7 +180,7 @@ fn chart_lints_renders_and_parses() {
     for f in files {
         generated.extend(yaml_documents(&fs::read_to_string(f).unwrap()).unwrap());
     }
-    assert_eq!(generated.len(), 6, "six generated CRDs in deploy/crds");
+    assert_eq!(generated.len(), 7, "seven generated CRDs in deploy/crds");
     assert_eq!(
         rendered().crds,
         generated,

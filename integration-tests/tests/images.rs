@@ -374,7 +374,7 @@ fn idle_memory_of_each_service_in_its_container() {
         run(Command::new("chmod").arg("0644").arg(&shared));
 
         // (image, binary, the binary's arguments as a plain process: the image's CMD).
-        let services: [(&str, &str, &[&str]); 7] = [
+        let services: [(&str, &str, &[&str]); 8] = [
             ("function-controller", "function-controller", &[]),
             ("http-trigger-controller", "http-trigger-controller", &[]),
             (
@@ -385,6 +385,7 @@ fn idle_memory_of_each_service_in_its_container() {
             ("nats-trigger", "nats-trigger", &[]),
             ("kafka-trigger", "kafka-trigger", &[]),
             ("kinesis-trigger", "kinesis-trigger", &[]),
+            ("redis-trigger", "redis-trigger", &[]),
             ("dashboard", "kubeless", &["ui"]),
         ];
         let mut report = Vec::new();

@@ -187,13 +187,7 @@ pub async fn serve(
         None => Client::try_default().await.map_err(Error::KubeClient)?,
     };
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone()).await?;
-    let mut ready = running.ready.clone();
-    let readiness = ctx.readiness.clone();
-    tokio::spawn(async move {
-        if ready.wait_for(|r| *r).await.is_ok() {
-            readiness.set_ready(true);
-        }
-    });
+    running.inner.ready_on(ctx.readiness.clone());
     running.join().await
 }
 

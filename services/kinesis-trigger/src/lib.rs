@@ -211,13 +211,7 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
         shard_leases,
     };
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone());
-    let mut synced = running.synced.clone();
-    let readiness = ctx.readiness.clone();
-    tokio::spawn(async move {
-        if synced.wait_for(|s| *s).await.is_ok() {
-            readiness.set_ready(true);
-        }
-    });
+    running.ready_on(ctx.readiness.clone());
     running.join().await;
     Ok(())
 }

@@ -25,7 +25,7 @@ use kubeless_service::{LeaseConfig, ServiceArgs};
 use tokio_util::sync::CancellationToken;
 
 pub use connect::{ConnectError, NatsArgs};
-pub use kubeless_trigger::{Resolution, ResolutionArgs, Running};
+pub use kubeless_trigger::{Resolution, Running};
 
 /// Name of the service (OTel service name, default Lease name).
 pub const SERVICE_NAME: &str = "nats-trigger";
@@ -44,23 +44,9 @@ pub enum Error {
 pub struct TriggerArgs {
     #[command(flatten)]
     pub nats: NatsArgs,
+    /// The flags every trigger has (endpoint resolution, drain timeout, resync).
     #[command(flatten)]
-    pub resolution: ResolutionArgs,
-    /// Seconds a stopping subscription waits for its calls in flight.
-    #[arg(
-        long = "drain-timeout-seconds",
-        env = "KUBELESS_DRAIN_TIMEOUT_SECONDS",
-        default_value_t = 30
-    )]
-    pub drain_timeout_seconds: u64,
-    /// Seconds between full recomputations (retries status writes; watch events trigger one
-    /// at once).
-    #[arg(
-        long = "resync-seconds",
-        env = "KUBELESS_RESYNC_SECONDS",
-        default_value_t = 30
-    )]
-    pub resync_seconds: u64,
+    pub common: kubeless_trigger::TriggerArgs,
 }
 
 /// The whole command line.
@@ -123,12 +109,7 @@ pub async fn serve(
     args: TriggerArgs,
     lease: Option<LeaseConfig>,
 ) -> Result<(), Error> {
-    let TriggerArgs {
-        nats,
-        resolution,
-        drain_timeout_seconds,
-        resync_seconds,
-    } = args;
+    let TriggerArgs { nats, common } = args;
     let client = match ctx.kube_client.clone() {
         Some(c) => c,
         None => Client::try_default().await.map_err(Error::Client)?,
@@ -136,9 +117,9 @@ pub async fn serve(
     let nats_client = nats.connect().await?;
     let settings = Settings {
         namespace: ctx.config.watch_namespace.clone(),
-        resolution: resolution.resolution(),
-        drain_timeout: Duration::from_secs(drain_timeout_seconds),
-        resync: Duration::from_secs(resync_seconds.max(1)),
+        resolution: common.resolution.clone().resolution(),
+        drain_timeout: common.drain_timeout(),
+        resync: common.resync(),
         lease,
     };
     let running = run(
@@ -148,13 +129,7 @@ pub async fn serve(
         &ctx.metrics,
         ctx.shutdown.token().clone(),
     );
-    let mut synced = running.synced.clone();
-    let readiness = ctx.readiness.clone();
-    tokio::spawn(async move {
-        if synced.wait_for(|s| *s).await.is_ok() {
-            readiness.set_ready(true);
-        }
-    });
+    running.ready_on(ctx.readiness.clone());
     running.join().await;
     // Deliver what is buffered (replies, dead letters) before exiting.
     // Bounded: with the server unreachable a flush would wait for it forever.
@@ -203,4 +178,15 @@ pub fn run(
         running.keep(w);
     }
     running
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
 }

@@ -1,4 +1,4 @@
-//! Kubeless CRD types (`kubeless.io/v1beta1`): Function and the five trigger kinds, their status
+//! Kubeless CRD types (`kubeless.io/v1beta1`): Function and the six trigger kinds, their status
 //! conditions, labels and the small parsers every service needs.
 //!
 //! JSON field names are exactly Kubeless v1.0.x's, so manifests written for Kubeless deserialize
@@ -35,6 +35,7 @@ pub use triggers::{
     CronJobTrigger, CronJobTriggerSpec, CronJobTriggerStatus, HttpTrigger, HttpTriggerSpec,
     HttpTriggerStatus, KafkaTrigger, KafkaTriggerSpec, KafkaTriggerStatus, KinesisTrigger,
     KinesisTriggerSpec, KinesisTriggerStatus, NatsTrigger, NatsTriggerSpec, NatsTriggerStatus,
+    RedisTrigger, RedisTriggerSpec, RedisTriggerStatus,
 };
 
 /// API group of every kind.
@@ -69,7 +70,7 @@ pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
     crd
 }
 
-/// The CRDs of all six kinds, in a stable order.
+/// The CRDs of all seven kinds, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![
         crd::<Function>(),
@@ -78,6 +79,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         crd::<KafkaTrigger>(),
         crd::<NatsTrigger>(),
         crd::<KinesisTrigger>(),
+        crd::<RedisTrigger>(),
     ]
 }
 

@@ -1,4 +1,5 @@
-//! The trigger kinds: HTTPTrigger, CronJobTrigger, KafkaTrigger, NATSTrigger, KinesisTrigger.
+//! The trigger kinds: HTTPTrigger, CronJobTrigger, KafkaTrigger, NATSTrigger, KinesisTrigger, and
+//! RedisTrigger (new: the worked example of a custom trigger, docs/custom-trigger.md).
 //!
 //! Kubeless field names are kept verbatim (kebab-case for HTTP, Cron and Kinesis; camelCase
 //! `functionSelector` for Kafka and NATS). Fields added by us are camelCase and optional, so
@@ -627,5 +628,89 @@ impl KinesisTriggerSpec {
     /// Starting position with the default applied.
     pub fn starting(&self) -> StartingPosition {
         self.starting_position.unwrap_or_default()
+    }
+}
+
+// --------------------------------------------------------------- RedisTrigger
+
+/// Delivers the entries of a Redis stream to every function the selector matches (new; the
+/// worked example of a trigger written on the trigger runtime, docs/custom-trigger.md).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "kubeless.io",
+    version = "v1beta1",
+    kind = "RedisTrigger",
+    plural = "redistriggers",
+    singular = "redistrigger",
+    namespaced,
+    status = "RedisTriggerStatus",
+    derive = "PartialEq",
+    shortname = "redistrig",
+    category = "kubeless",
+    doc = "Delivers Redis stream entries to the Kubeless functions a label selector matches.",
+    printcolumn(
+        name = "Selector",
+        type_ = "string",
+        json_path = ".spec.functionSelector.matchLabels"
+    ),
+    printcolumn(name = "Stream", type_ = "string", json_path = ".spec.stream"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisTriggerSpec {
+    /// The Redis server, `redis://host:port[/db]` (`rediss://` is refused: the example trigger
+    /// is built without TLS). There is no passwordSecret: a password in the URL
+    /// (`redis://:PASSWORD@host`) works but anyone who can read the trigger can read it.
+    #[schemars(regex(pattern = r"^redis://[^\s]+$"))]
+    pub url: String,
+    /// Stream to read (created empty when missing).
+    #[schemars(length(min = 1))]
+    pub stream: String,
+    /// Functions (same namespace) that receive every entry; each reads in its own consumer
+    /// group `<consumerGroup>_<function>`.
+    pub function_selector: LabelSelector,
+    /// Prefix of the consumer groups (default `<namespace>_<trigger>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer_group: Option<String>,
+    /// Retry policy before an entry goes to the dead-letter stream (default 5 attempts,
+    /// 1s..60s exponential backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetryPolicy>,
+    /// Stream that receives entries whose delivery failed after all retries: the entry's fields
+    /// plus `error`, `function`, `source-stream` and `source-id`. Unset: such entries are
+    /// acknowledged and skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_stream: Option<String>,
+}
+
+/// Observed state of a RedisTrigger.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RedisTriggerStatus {
+    /// The `.metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Conditions; `Ready` tells whether a reader runs for every selected function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "crate::conditions::conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// Names of the functions currently selected.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<String>,
+}
+
+impl RedisTriggerSpec {
+    /// Retry policy with defaults applied.
+    pub fn delivery_policy(&self) -> Result<DeliveryPolicy, Error> {
+        RetryPolicy::resolve(self.retry.as_ref())
     }
 }

@@ -350,6 +350,11 @@ pub fn kinesis_trigger(t: &crate::KinesisTrigger) -> Result<(), Invalid> {
     resource(t, t.metadata.name.as_deref().unwrap_or(""))
 }
 
+/// Validates a RedisTrigger.
+pub fn redis_trigger(t: &crate::RedisTrigger) -> Result<(), Invalid> {
+    resource(t, t.metadata.name.as_deref().unwrap_or(""))
+}
+
 fn invalid(field: &str, detail: String) -> FieldError {
     FieldError {
         field: field.to_string(),

@@ -179,7 +179,7 @@ fn check(node: &Value, path: &str, errors: &mut Vec<String>) {
 #[test]
 fn every_crd_schema_is_structural() {
     let crds = kubeless_api::all();
-    assert_eq!(crds.len(), 6);
+    assert_eq!(crds.len(), 7);
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap();
         let version = &crd.spec.versions[0];
@@ -284,6 +284,7 @@ fn names_scope_subresources_and_columns() {
         ("kafkatriggers", "KafkaTrigger", "kafkatrig"),
         ("natstriggers", "NATSTrigger", "natstrig"),
         ("kinesistriggers", "KinesisTrigger", "kinesistrig"),
+        ("redistriggers", "RedisTrigger", "redistrig"),
     ];
     let crds = kubeless_api::all();
     for (crd, (plural, kind, short)) in crds.iter().zip(expected) {

@@ -162,6 +162,7 @@ fn every_field_refuses_wrong_types_and_bounds_by_name() {
         ("KafkaTrigger", "kafkatrigger.yaml"),
         ("NATSTrigger", "natstrigger-jetstream.yaml"),
         ("KinesisTrigger", "kinesistrigger-new-fields.yaml"),
+        ("RedisTrigger", "redistrigger.yaml"),
     ];
     let mut checked = 0usize;
     let mut misses = Vec::new();

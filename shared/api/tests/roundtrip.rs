@@ -5,7 +5,7 @@
 use std::{collections::BTreeSet, path::PathBuf};
 
 use kubeless_api::{
-    CronJobTrigger, Function, HttpTrigger, KafkaTrigger, KinesisTrigger, NatsTrigger,
+    CronJobTrigger, Function, HttpTrigger, KafkaTrigger, KinesisTrigger, NatsTrigger, RedisTrigger,
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
@@ -66,6 +66,7 @@ fn every_fixture_round_trips_unchanged() {
             "KafkaTrigger" => roundtrip::<KafkaTrigger>(name, &input),
             "NATSTrigger" => roundtrip::<NatsTrigger>(name, &input),
             "KinesisTrigger" => roundtrip::<KinesisTrigger>(name, &input),
+            "RedisTrigger" => roundtrip::<RedisTrigger>(name, &input),
             other => panic!("{name}: unknown kind {other}"),
         }
         kinds.insert(kind);
@@ -73,8 +74,8 @@ fn every_fixture_round_trips_unchanged() {
     }
     assert_eq!(
         kinds.len(),
-        6,
-        "fixtures must cover all six kinds: {kinds:?}"
+        7,
+        "fixtures must cover all seven kinds: {kinds:?}"
     );
     assert!(count >= 20, "expected the full fixture set, found {count}");
 }

@@ -276,6 +276,7 @@ fn every_fixture_manifest_passes() {
             "KafkaTrigger" => validate::kafka_trigger(&serde_json::from_value(value).unwrap()),
             "NATSTrigger" => validate::nats_trigger(&serde_json::from_value(value).unwrap()),
             "KinesisTrigger" => validate::kinesis_trigger(&serde_json::from_value(value).unwrap()),
+            "RedisTrigger" => validate::redis_trigger(&serde_json::from_value(value).unwrap()),
             other => panic!("{}: unknown kind {other}", path.display()),
         };
         if let Err(e) = result {

@@ -1,6 +1,6 @@
 //! The real brokers on 127.0.0.1, each on a free port and stopped by its PID on drop: tansu
-//! (Kafka wire protocol, in-memory storage), nats-server (JetStream with a file store) and moto
-//! (the Kinesis API).
+//! (Kafka wire protocol, in-memory storage), nats-server (JetStream with a file store), moto
+//! (the Kinesis API) and redis-server (Redis Streams, no persistence).
 
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
@@ -324,6 +324,49 @@ pub async fn read_stream(k: &aws_sdk_kinesis::Client, stream: &str) -> Vec<Vec<u
 }
 
 impl Drop for Moto {
+    fn drop(&mut self) {
+        stop(&mut self.child);
+    }
+}
+
+/// A redis-server (Debian's package) on loopback, without persistence.
+pub struct RedisServer {
+    child: Child,
+    /// `redis://127.0.0.1:PORT`.
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let bin = find_bin(
+            "REDIS_SERVER_BIN",
+            "redis-server",
+            &["/usr/bin", "/usr/sbin"],
+            "apt-get install -y redis-server",
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let (child, addr) = start_listening("redis-server", Duration::from_secs(10), |port| {
+            let mut cmd = Command::new(&bin);
+            cmd.args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+                .args(["--save", "", "--appendonly", "no", "--dir"])
+                .arg(dir.path());
+            cmd
+        });
+        Self {
+            child,
+            url: format!("redis://{addr}"),
+            _dir: dir,
+        }
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for RedisServer {
     fn drop(&mut self) {
         stop(&mut self.child);
     }

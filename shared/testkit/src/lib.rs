@@ -1,7 +1,7 @@
 //! Test fixtures, one copy for every test in the tree: devcluster with the CRDs installed
 //! ([`TestCluster`]), a recording HTTP function registered the way a function pod shows up in a
 //! cluster ([`RecordingFunction`], [`register_function`]), the real brokers on loopback
-//! ([`Tansu`], [`NatsServer`], [`Moto`]), the service binaries as child processes
+//! ([`Tansu`], [`NatsServer`], [`Moto`], [`RedisServer`]), the service binaries as child processes
 //! ([`ServiceProcess`]), stock kubectl ([`kubectl`], [`jsonpath`]) and small waiting and
 //! signalling helpers.
 //!
@@ -15,7 +15,7 @@ mod function;
 mod kubectl;
 mod process;
 
-pub use brokers::{MOTO_REGION, Moto, NatsServer, Tansu};
+pub use brokers::{MOTO_REGION, Moto, NatsServer, RedisServer, Tansu};
 #[cfg(feature = "kinesis")]
 pub use brokers::{create_stream, read_stream};
 pub use cluster::{NS, TestCluster, TestDir, invalid_spec_reported, register_function};

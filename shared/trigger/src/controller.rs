@@ -362,6 +362,16 @@ impl Running {
         drop(keep);
     }
 
+    /// Marks `readiness` ready once the caches are synced and the first pass ran.
+    pub fn ready_on(&self, readiness: kubeless_service::Readiness) {
+        let mut synced = self.synced.clone();
+        tokio::spawn(async move {
+            if synced.wait_for(|s| *s).await.is_ok() {
+                readiness.set_ready(true);
+            }
+        });
+    }
+
     /// Units in the Running state after the last pass.
     pub fn active_units(&self) -> usize {
         self.active.load(Ordering::Relaxed)

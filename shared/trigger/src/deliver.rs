@@ -5,7 +5,7 @@
 //! so a failed event is never lost in between.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kubeless_api::DeliveryPolicy;
@@ -15,6 +15,9 @@ use kubeless_invoke::{
 };
 use kubeless_service::ThrottledEvents;
 use tokio_util::sync::CancellationToken;
+
+use crate::metrics::{PairMetrics, outcome};
+use crate::service::Parts;
 
 /// First wait between dead-letter write attempts.
 const DEAD_LETTER_FIRST_WAIT: Duration = Duration::from_millis(500);
@@ -235,5 +238,82 @@ impl Delivery<'_> {
         if let Some((events, regarding)) = self.regarding {
             events.warning(regarding, reason, action, note);
         }
+    }
+}
+
+/// Where and how a unit delivers, as its plan gives it (a change restarts the unit).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Destination {
+    pub target: FunctionTarget,
+    pub policy: DeliveryPolicy,
+    /// The dead-letter destination (stream, topic, subject); `None`: failed events are skipped.
+    pub dead_letter: Option<String>,
+    /// The trigger, which Events and metrics name.
+    pub trigger: ObjectReference,
+}
+
+/// One unit's delivery: [`Delivery`] for its (trigger, function) pair, with the pair's metrics
+/// (in flight, retries, outcome, latency) counted around each event.
+pub struct PairDelivery {
+    pub to: Destination,
+    pub policy: RetryPolicy,
+    pub metrics: PairMetrics,
+    invoker: Invoker,
+    events: ThrottledEvents,
+    max_wait: Duration,
+}
+
+impl PairDelivery {
+    pub fn new(parts: &Parts, to: &Destination) -> Self {
+        let (ns, name) = (&to.target.namespace, &to.target.name);
+        let trigger = format!("{ns}/{}", to.trigger.name.as_deref().unwrap_or_default());
+        Self {
+            policy: retry_policy(&to.policy),
+            metrics: parts.metrics.pair(&trigger, name),
+            to: to.clone(),
+            invoker: parts.invoker.clone(),
+            events: parts.events.clone(),
+            max_wait: Duration::from_secs(30),
+        }
+    }
+
+    /// [`Delivery::deliver`] of `event` (`at` names it in logs and Events; the dead-letter
+    /// destination is a `noun`), counted in the pair's metrics.
+    pub async fn deliver<F, Fut>(
+        &self,
+        event: &Event,
+        at: &str,
+        noun: &'static str,
+        cancel: &CancellationToken,
+        dead_letter: F,
+    ) -> Option<Delivered>
+    where
+        F: FnMut(String, Failure) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let delivery = Delivery {
+            invoker: &self.invoker,
+            target: &self.to.target,
+            policy: &self.policy,
+            function: &self.to.target.name,
+            dead_letter: self.to.dead_letter.as_deref(),
+            dead_letter_noun: noun,
+            regarding: Some((&self.events, &self.to.trigger)),
+            max_wait: self.max_wait,
+        };
+        let (started, pair) = (Instant::now(), &self.metrics);
+        pair.in_flight.inc();
+        let done = delivery.deliver(event, at, cancel, dead_letter).await;
+        pair.in_flight.dec();
+        let done = done?;
+        pair.retry.inc_by(done.retries);
+        pair.latency.observe(started.elapsed().as_secs_f64());
+        pair.outcome(match done.finished {
+            Finished::Delivered => outcome::SUCCESS,
+            Finished::DeadLettered => outcome::DEAD_LETTER,
+            Finished::Skipped => outcome::SKIPPED,
+        })
+        .inc();
+        Some(done)
     }
 }

@@ -11,6 +11,7 @@
 //! * [`deliver`]: one event to one function: retry policy, holding while the function is
 //!   unavailable, Warning Events, dead letters.
 //! * [`metrics`]: the metric families every trigger exports.
+//! * [`service`]: the flags every trigger has and [`serve`], what a trigger binary runs.
 //! * [`resolution`]: the endpoint-resolution flags and the resolver they build.
 //!
 //! Function targets, the invoker and traceparent come from `kubeless-invoke`; the service
@@ -21,6 +22,7 @@ pub mod deliver;
 pub mod metrics;
 pub mod resolution;
 pub mod selector;
+pub mod service;
 pub mod status;
 pub mod unit;
 
@@ -28,8 +30,11 @@ pub use controller::{
     Plan, PlannedUnit, Problem, Running, Settings, Source, TriggerPlan, TriggerStatus, Unit,
     UnitContext, UnitState, run,
 };
-pub use deliver::{Delivered, Delivery, Finished, retry_policy};
+pub use deliver::{
+    Delivered, Delivery, Destination, Failure, Finished, PairDelivery, retry_policy,
+};
 pub use metrics::{Names, PairMetrics, TriggerMetrics};
 pub use resolution::{EndpointResolution, Resolution, ResolutionArgs};
 pub use selector::{FunctionSelector, SelectorError};
-pub use unit::{StateSender, UnitTask};
+pub use service::{Parts, TriggerArgs, serve};
+pub use unit::{StateSender, UnitTask, reconnecting};

@@ -1,7 +1,9 @@
 //! [`TriggerStatus`] for the trigger kinds of kubeless-api.
 
 use kubeless_api::conditions::Condition;
-use kubeless_api::triggers::{KafkaTriggerStatus, KinesisTriggerStatus, NatsTriggerStatus};
+use kubeless_api::triggers::{
+    KafkaTriggerStatus, KinesisTriggerStatus, NatsTriggerStatus, RedisTriggerStatus,
+};
 
 use crate::controller::TriggerStatus;
 
@@ -24,7 +26,7 @@ macro_rules! lists_functions {
     )*};
 }
 
-lists_functions!(NatsTriggerStatus, KafkaTriggerStatus);
+lists_functions!(NatsTriggerStatus, KafkaTriggerStatus, RedisTriggerStatus);
 
 /// A KinesisTrigger lists the shards its reader reads.
 impl TriggerStatus for KinesisTriggerStatus {

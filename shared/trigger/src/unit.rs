@@ -1,9 +1,14 @@
 //! [`UnitTask`]: a unit that is one tokio task, the usual shape: it reports its state through
 //! a [`StateSender`] (which wakes the control loop on every change) and stops when its token
-//! is cancelled.
+//! is cancelled. [`reconnecting`] is the loop around a broker session that shows
+//! `BrokerUnavailable` while the broker cannot be reached.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+use kubeless_api::conditions::reasons;
+use kubeless_api::delivery::exponential_backoff;
 
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -32,6 +37,45 @@ impl StateSender {
             self.changed.notify_one();
         }
     }
+
+    /// The state last set.
+    pub fn get(&self) -> UnitState {
+        self.tx.borrow().clone()
+    }
+}
+
+/// Runs `session` until `stop`, and again after each error with backoff (0.5 s doubling to
+/// 30 s, from the start again once a session got the unit running); meanwhile the unit is
+/// `Failed { BrokerUnavailable }` with `<what>: <error>`. It never gives up: the broker may
+/// come back. A session returns `Ok` only when it stopped on `stop`.
+pub async fn reconnecting<F, Fut, E>(
+    state: &StateSender,
+    stop: &CancellationToken,
+    what: &str,
+    mut session: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let mut failures = 0;
+    while !stop.is_cancelled() {
+        let Err(e) = session().await else { return };
+        let ran = matches!(state.get(), UnitState::Running { .. });
+        failures = if ran { 1 } else { failures + 1 };
+        tracing::warn!(unit = what, error = %e, "broker unavailable; reconnecting");
+        state.set(UnitState::Failed {
+            reason: reasons::BROKER_UNAVAILABLE,
+            message: format!("{what}: {e}"),
+        });
+        let wait = exponential_backoff(
+            Duration::from_millis(500),
+            2.0,
+            Duration::from_secs(30),
+            failures,
+        );
+        stop.run_until_cancelled(tokio::time::sleep(wait)).await;
+    }
 }
 
 /// A unit run by one task.
@@ -40,6 +84,9 @@ pub struct UnitTask {
     // Dropping the unit (the control loop aborted) kills its task.
     task: AbortOnDropHandle<()>,
     state: watch::Receiver<UnitState>,
+    /// `Some`: a stop gives up on the body after this (what it had in flight is delivered
+    /// again later).
+    drain: Option<Duration>,
 }
 
 impl UnitTask {
@@ -57,7 +104,18 @@ impl UnitTask {
             changed: Arc::clone(&ctx.changed),
         };
         let task = AbortOnDropHandle::new(tokio::spawn(body(sender, token.clone())));
-        Self { token, task, state }
+        Self {
+            token,
+            task,
+            state,
+            drain: None,
+        }
+    }
+
+    /// A stop waits at most `drain` for the body to end, then drops it.
+    pub fn with_drain(mut self, drain: Duration) -> Self {
+        self.drain = Some(drain);
+        self
     }
 
     /// A receiver of the unit's state (tests wait on it).
@@ -78,12 +136,19 @@ impl Unit for UnitTask {
 
     fn stop(self) -> impl Future<Output = ()> + Send + 'static {
         self.token.cancel();
-        let task = self.task;
+        let (task, drain) = (self.task, self.drain);
         async move {
-            if let Err(e) = task.await
-                && e.is_panic()
-            {
-                tracing::warn!("a trigger unit panicked");
+            let ended = match drain {
+                Some(d) => tokio::time::timeout(d, task).await,
+                None => Ok(task.await),
+            };
+            match ended {
+                Ok(Err(e)) if e.is_panic() => tracing::warn!("a trigger unit panicked"),
+                Err(_) => tracing::warn!(
+                    drain = ?drain,
+                    "a trigger unit did not drain in time; what it had in flight is delivered again later"
+                ),
+                _ => {}
             }
         }
     }
