@@ -98,11 +98,11 @@ impl Cli {
             mut service,
             controller,
         } = self;
-        let mut lease = None;
-        if controller.gateway && service.leader_elect {
-            lease = service.clone().into_config(SERVICE_NAME).lease;
-            service.leader_elect = false;
-        }
+        let lease = if controller.gateway {
+            service.take_lease(SERVICE_NAME)
+        } else {
+            None
+        };
         (service, controller, lease)
     }
 }
