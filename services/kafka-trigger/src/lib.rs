@@ -258,7 +258,7 @@ pub async fn run(
         defaults: settings.defaults,
         groups: groups_tx,
     };
-    let mut inner = kubeless_trigger::run(
+    let inner = kubeless_trigger::run(
         client,
         source,
         kubeless_trigger::Settings {
@@ -270,10 +270,8 @@ pub async fn run(
         kubeless_trigger::TriggerMetrics::register_control(metrics, metrics::METRICS),
         metrics,
         token,
-    );
-    if let Some(w) = endpoint_watch {
-        inner.keep(w);
-    }
+    )
+    .keeping(endpoint_watch);
     Ok(Running {
         ready: inner.synced.clone(),
         inner,

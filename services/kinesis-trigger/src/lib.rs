@@ -242,7 +242,7 @@ pub fn run(
             shard_leases: settings.shard_leases,
         },
     };
-    let mut running = kubeless_trigger::run(
+    kubeless_trigger::run(
         client,
         source,
         kubeless_trigger::Settings {
@@ -256,11 +256,8 @@ pub fn run(
         runtime_metrics,
         metrics,
         shutdown,
-    );
-    if let Some(w) = endpoint_watch {
-        running.keep(w);
-    }
-    running
+    )
+    .keeping(endpoint_watch)
 }
 
 #[cfg(test)]

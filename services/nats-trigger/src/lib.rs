@@ -161,7 +161,7 @@ pub fn run(
         drain_timeout: settings.drain_timeout,
     };
     let units = source.metrics.clone();
-    let mut running = kubeless_trigger::run(
+    kubeless_trigger::run(
         client,
         source,
         kubeless_trigger::Settings {
@@ -173,11 +173,8 @@ pub fn run(
         units,
         metrics,
         shutdown,
-    );
-    if let Some(w) = endpoint_watch {
-        running.keep(w);
-    }
-    running
+    )
+    .keeping(endpoint_watch)
 }
 
 #[cfg(test)]

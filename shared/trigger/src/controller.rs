@@ -339,9 +339,10 @@ pub struct Running {
 }
 
 impl Running {
-    /// Keeps `task` running until this is joined or dropped.
-    pub fn keep(&mut self, task: AbortOnDropHandle<()>) {
-        self.keep.push(task);
+    /// Keeps `task` (an EndpointSlice watch, say) running until this is joined or dropped.
+    pub fn keeping(mut self, task: Option<AbortOnDropHandle<()>>) -> Self {
+        self.keep.extend(task);
+        self
     }
 
     /// Waits until every unit stopped (after the shutdown token is cancelled).

@@ -103,10 +103,8 @@ pub async fn serve<S: Source>(
         ..Settings::new()
     };
     let shutdown = ctx.shutdown.token().clone();
-    let mut running = controller::run(client, source, settings, metrics, &ctx.metrics, shutdown);
-    if let Some(w) = endpoints {
-        running.keep(w);
-    }
+    let running = controller::run(client, source, settings, metrics, &ctx.metrics, shutdown)
+        .keeping(endpoints);
     running.ready_on(ctx.readiness.clone());
     running.join().await;
     Ok(())
