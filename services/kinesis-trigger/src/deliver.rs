@@ -3,17 +3,14 @@
 //! to the dead-letter stream, or, without one, skip it loudly. Only then is the record "done"
 //! and its sequence number may be checkpointed.
 
-use std::time::{Duration, Instant};
-
 use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::primitives::Blob;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use kubeless_invoke::{Event, Invoker};
+use kubeless_invoke::Event;
 use kubeless_trigger::deliver::Failure;
-use kubeless_trigger::metrics::outcome;
-use kubeless_trigger::{Delivery, Finished, PairMetrics, retry_policy};
+use kubeless_trigger::{Destination, Finished, PairDelivery};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
@@ -111,75 +108,75 @@ impl DeadLetter {
 
 /// Calls the function and writes dead letters for one trigger.
 pub struct Deliverer {
-    pub invoker: Invoker,
     pub kinesis: KinesisClient,
     pub config: std::sync::Arc<ReaderConfig>,
     /// The stream-side metrics (GetRecords, iterator age, shards).
     pub metrics: StreamMetrics,
-    /// Deliveries of this (trigger, function) pair.
-    pub pair: PairMetrics,
-    /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
-    pub max_wait: Duration,
-    /// Warning Events on the trigger (DeliveryFailed, DeadLettered), rate-limited per trigger
-    /// and reason.
-    pub events: kubeless_service::ThrottledEvents,
+    /// The runtime's delivery of this (trigger, function) pair, with its metrics.
+    pub delivery: PairDelivery,
 }
 
 impl Deliverer {
+    /// The deliverer of one trigger's reader.
+    pub fn new(
+        shared: &crate::trigger::Shared,
+        kinesis: KinesisClient,
+        config: std::sync::Arc<ReaderConfig>,
+    ) -> Self {
+        let to = Destination {
+            target: config.target.clone(),
+            policy: config.policy,
+            dead_letter: config.dead_letter_stream.clone(),
+            trigger: kubeless_service::object_reference::<kubeless_api::KinesisTrigger>(
+                &config.namespace,
+                &config.trigger,
+                Some(config.trigger_uid.as_str()).filter(|u| !u.is_empty()),
+            ),
+        };
+        let delivery = PairDelivery::with(
+            shared.invoker.clone(),
+            shared.events.clone(),
+            &shared.runtime_metrics,
+            &to,
+        )
+        .with_max_wait(shared.timing.max_backoff);
+        Self {
+            kinesis,
+            config,
+            metrics: shared.metrics.clone(),
+            delivery,
+        }
+    }
+
     /// Delivers `record` until it is done; `None` when `cancel` fired first (not done: it is
     /// read again from the checkpoint next time).
     pub async fn deliver(&self, record: &Record, cancel: &CancellationToken) -> Option<Finished> {
-        let started = Instant::now();
         let config = &*self.config;
-        let policy = retry_policy(&config.policy);
-        let regarding = kubeless_service::object_reference::<kubeless_api::KinesisTrigger>(
-            &config.namespace,
-            &config.trigger,
-            Some(config.trigger_uid.as_str()).filter(|u| !u.is_empty()),
-        );
-        let delivery = Delivery {
-            invoker: &self.invoker,
-            target: &config.target,
-            policy: &policy,
-            function: &config.function,
-            dead_letter: config.dead_letter_stream.as_deref(),
-            dead_letter_noun: "stream",
-            regarding: Some((&self.events, &regarding)),
-            max_wait: self.max_wait,
-        };
         let coordinates = format!(
             "record {}/{}@{}",
             config.stream, record.shard_id, record.sequence_number
         );
         let event = record.to_event(&config.stream);
-        let done = delivery
-            .deliver(&event, &coordinates, cancel, |dlq, failure| {
-                let letter = DeadLetter::new(config, record, failure);
-                let put = serde_json::to_vec(&letter).map(|body| {
-                    self.kinesis
-                        .put_record()
-                        .stream_name(dlq)
-                        .partition_key(&record.partition_key)
-                        .data(Blob::new(body))
-                        .send()
-                });
-                async move {
-                    match put {
-                        Ok(send) => send.await.map(|_| ()).map_err(|e| crate::aws::describe(&e)),
-                        Err(e) => Err(format!("encoding the dead letter: {e}")),
-                    }
+        let dead_letter = |dlq: String, failure| {
+            let letter = DeadLetter::new(config, record, failure);
+            let put = serde_json::to_vec(&letter).map(|body| {
+                self.kinesis
+                    .put_record()
+                    .stream_name(dlq)
+                    .partition_key(&record.partition_key)
+                    .data(Blob::new(body))
+                    .send()
+            });
+            async move {
+                match put {
+                    Ok(send) => send.await.map(|_| ()).map_err(|e| crate::aws::describe(&e)),
+                    Err(e) => Err(format!("encoding the dead letter: {e}")),
                 }
-            })
+            }
+        };
+        let done = (self.delivery)
+            .deliver(&event, &coordinates, "stream", cancel, dead_letter)
             .await?;
-        self.pair.retry.inc_by(done.retries);
-        self.pair
-            .outcome(match done.finished {
-                Finished::Delivered => outcome::SUCCESS,
-                Finished::DeadLettered => outcome::DEAD_LETTER,
-                Finished::Skipped => outcome::SKIPPED,
-            })
-            .inc();
-        self.pair.latency.observe(started.elapsed().as_secs_f64());
         Some(done.finished)
     }
 }

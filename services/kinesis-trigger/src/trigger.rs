@@ -151,17 +151,7 @@ async fn run_once(
                 .inc();
         },
     )));
-    let deliverer = Arc::new(Deliverer {
-        invoker: shared.invoker.clone(),
-        kinesis: kinesis.clone(),
-        config: Arc::clone(config),
-        metrics: shared.metrics.clone(),
-        pair: shared
-            .runtime_metrics
-            .pair(&config.label(), &config.function),
-        max_wait: shared.timing.max_backoff,
-        events: shared.events.clone(),
-    });
+    let deliverer = Arc::new(Deliverer::new(shared, kinesis.clone(), Arc::clone(config)));
     let start = StartSettings {
         position: config.starting,
         timestamp_ms: config.starting_timestamp_ms,

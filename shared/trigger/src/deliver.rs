@@ -16,7 +16,7 @@ use kubeless_invoke::{
 use kubeless_service::ThrottledEvents;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::{PairMetrics, outcome};
+use crate::metrics::{PairMetrics, TriggerMetrics, outcome};
 use crate::service::Parts;
 
 /// First wait between dead-letter write attempts.
@@ -264,17 +264,39 @@ pub struct PairDelivery {
 }
 
 impl PairDelivery {
+    /// From the parts [`serve`](crate::serve) gives a source.
     pub fn new(parts: &Parts, to: &Destination) -> Self {
+        Self::with(
+            parts.invoker.clone(),
+            parts.events.clone(),
+            &parts.metrics,
+            to,
+        )
+    }
+
+    /// From an invoker, Events and metrics of the service's own making.
+    pub fn with(
+        invoker: Invoker,
+        events: ThrottledEvents,
+        metrics: &TriggerMetrics,
+        to: &Destination,
+    ) -> Self {
         let (ns, name) = (&to.target.namespace, &to.target.name);
         let trigger = format!("{ns}/{}", to.trigger.name.as_deref().unwrap_or_default());
         Self {
             policy: retry_policy(&to.policy),
-            metrics: parts.metrics.pair(&trigger, name),
+            metrics: metrics.pair(&trigger, name),
             to: to.clone(),
-            invoker: parts.invoker.clone(),
-            events: parts.events.clone(),
+            invoker,
+            events,
             max_wait: Duration::from_secs(30),
         }
+    }
+
+    /// Caps the wait between "function unavailable" rounds and dead-letter attempts (30 s).
+    pub fn with_max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
     }
 
     /// [`Delivery::deliver`] of `event` (`at` names it in logs and Events; the dead-letter
