@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use kubeless_api::KafkaTrigger;
 use kubeless_invoke::Invoker;
 use kubeless_service::ThrottledEvents;
 pub use kubeless_trigger::Finished;
@@ -46,6 +45,17 @@ pub struct Deliverer {
     pub events: Option<ThrottledEvents>,
 }
 
+/// `record <topic>/<partition>@<offset>`, how logs and Events name a record (formatted only
+/// when a delivery fails).
+struct At<'a>(&'a Record);
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = self.0;
+        write!(f, "record {}/{}@{}", r.topic, r.partition, r.offset)
+    }
+}
+
 impl Deliverer {
     /// Delivers `record` until it is done; `None` when `cancel` fired first (not done: it will
     /// be redelivered by whoever consumes the partition next).
@@ -58,11 +68,6 @@ impl Deliverer {
     ) -> Option<Finished> {
         let event = record.to_event();
         let policy = retry_policy(&spec.policy);
-        let regarding = kubeless_service::object_reference::<KafkaTrigger>(
-            &spec.namespace,
-            &spec.trigger,
-            spec.trigger_uid.as_deref(),
-        );
         let delivery = Delivery {
             invoker: &self.invoker,
             target: &spec.target,
@@ -70,15 +75,11 @@ impl Deliverer {
             function: &spec.function,
             dead_letter: spec.dead_letter_topic.as_deref(),
             dead_letter_noun: "topic",
-            regarding: self.events.as_ref().map(|e| (e, &regarding)),
+            regarding: self.events.as_ref().map(|e| (e, &spec.regarding)),
             max_wait: self.max_wait,
         };
-        let coordinates = format!(
-            "record {}/{}@{}",
-            record.topic, record.partition, record.offset
-        );
         let done = delivery
-            .deliver(&event, &coordinates, cancel, |topic, outcome| {
+            .deliver(&event, &At(record), cancel, |topic, outcome| {
                 self.dead_letter(topic, spec, record, outcome)
             })
             .await?;

@@ -68,6 +68,8 @@ pub struct ConsumerSpec {
     pub trigger: String,
     /// The trigger's uid, so its Events name it exactly (`kubectl describe` matches on it).
     pub trigger_uid: Option<String>,
+    /// The trigger as Events name it (built once here, not per record).
+    pub regarding: k8s_openapi::api::core::v1::ObjectReference,
     pub function: String,
     pub topic: String,
     pub dead_letter_topic: Option<String>,
@@ -151,6 +153,11 @@ fn plan_trigger(
                     namespace: namespace.to_string(),
                     trigger: name.to_string(),
                     trigger_uid: t.metadata.uid.clone(),
+                    regarding: kubeless_service::object_reference::<KafkaTrigger>(
+                        namespace,
+                        name,
+                        t.metadata.uid.as_deref(),
+                    ),
                     function,
                     topic: t.spec.topic.clone(),
                     dead_letter_topic: dead_letter_topic.clone(),

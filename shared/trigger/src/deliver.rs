@@ -111,12 +111,13 @@ pub struct Delivered {
 
 impl Delivery<'_> {
     /// Delivers `event` until it is done; `None` when `cancel` fired first (not done: the
-    /// source delivers it again later). `coordinates` names the event in logs and Events
+    /// source delivers it again later). `coordinates` names the event in logs and Events (it is
+    /// formatted only when something goes wrong, so the success path allocates nothing for it)
     /// (`topic/partition@offset`); `dead_letter` writes the failed event to the destination.
     pub async fn deliver<F, Fut>(
         &self,
         event: &Event,
-        coordinates: &str,
+        coordinates: &(dyn std::fmt::Display + Sync),
         cancel: &CancellationToken,
         mut dead_letter: F,
     ) -> Option<Delivered>
@@ -304,7 +305,7 @@ impl PairDelivery {
     pub async fn deliver<F, Fut>(
         &self,
         event: &Event,
-        at: &str,
+        at: &(dyn std::fmt::Display + Sync),
         noun: &'static str,
         cancel: &CancellationToken,
         dead_letter: F,
