@@ -566,12 +566,40 @@ fn optional_objects_render_when_switched_on() {
 }
 
 /// Metric names a service or runtime registers, read from the sources: `register_with("sub", ..)`
-/// blocks of `r.register("name", ..)` (prefixed `kubeless_`) and the runtime proxy's own names.
+/// blocks of `r.register("name", ..)` (prefixed `kubeless_`), the runtime proxy's own names, and
+/// the trigger runtime's families under each trigger's `Names { prefix, units, .. }`.
 fn registered_metrics() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
     let mut files = Vec::new();
     for dir in ["services", "shared", "runtimes"] {
         collect_rs(&repo_root().join(dir), &mut files);
+    }
+    // The trigger runtime registers its families under a prefix each trigger names.
+    let runtime = fs::read_to_string(repo_root().join("shared/trigger/src/metrics.rs")).unwrap();
+    let families: Vec<String> = runtime
+        .split("r.register(")
+        .skip(1)
+        .filter_map(|call| {
+            let first_arg = call.split(',').next()?;
+            first_arg.split('"').nth(1).map(str::to_string)
+        })
+        .collect();
+    assert!(families.contains(&"deliveries".to_string()), "{families:?}");
+    let field = |text: &str, key: &str| -> Option<String> {
+        let rest = text.split(&format!("{key}: \"")).nth(1)?;
+        rest.split('"').next().map(str::to_string)
+    };
+    for f in &files {
+        let text = fs::read_to_string(f).unwrap();
+        for block in text.split("Names {").skip(1) {
+            let (Some(prefix), Some(units)) = (field(block, "prefix"), field(block, "units")) else {
+                continue;
+            };
+            names.insert(format!("kubeless_{prefix}_{units}"));
+            for family in &families {
+                names.insert(format!("kubeless_{prefix}_{family}"));
+            }
+        }
     }
     for f in files {
         let text = fs::read_to_string(&f).unwrap();

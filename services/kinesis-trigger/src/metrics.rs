@@ -34,7 +34,7 @@ impl StreamMetrics {
             shards: Family::default(),
             checkpoint_writes: Family::default(),
         };
-        metrics.register_with(METRICS.prefix, |r| {
+        metrics.register_with("kinesis_trigger", |r| {
             r.register(
                 "millis_behind_latest",
                 "MillisBehindLatest of the last GetRecords, by trigger and shard (iterator age)",
