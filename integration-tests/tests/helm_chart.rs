@@ -592,7 +592,8 @@ fn registered_metrics() -> BTreeSet<String> {
     for f in &files {
         let text = fs::read_to_string(f).unwrap();
         for block in text.split("Names {").skip(1) {
-            let (Some(prefix), Some(units)) = (field(block, "prefix"), field(block, "units")) else {
+            let (Some(prefix), Some(units)) = (field(block, "prefix"), field(block, "units"))
+            else {
                 continue;
             };
             names.insert(format!("kubeless_{prefix}_{units}"));
