@@ -106,6 +106,16 @@ impl DeadLetter {
     }
 }
 
+/// `record <stream>/<shard>@<sequence>`, how logs and Events name a record.
+struct At<'a>(&'a str, &'a Record);
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let At(stream, r) = self;
+        write!(f, "record {stream}/{}@{}", r.shard_id, r.sequence_number)
+    }
+}
+
 /// Calls the function and writes dead letters for one trigger.
 pub struct Deliverer {
     pub kinesis: KinesisClient,
@@ -152,10 +162,8 @@ impl Deliverer {
     /// read again from the checkpoint next time).
     pub async fn deliver(&self, record: &Record, cancel: &CancellationToken) -> Option<Finished> {
         let config = &*self.config;
-        let coordinates = format!(
-            "record {}/{}@{}",
-            config.stream, record.shard_id, record.sequence_number
-        );
+        // Formatted only when the delivery fails: no allocation per record.
+        let coordinates = At(&config.stream, record);
         let event = record.to_event(&config.stream);
         let dead_letter = |dlq: String, failure| {
             let letter = DeadLetter::new(config, record, failure);

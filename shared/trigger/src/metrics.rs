@@ -101,8 +101,8 @@ impl TriggerMetrics {
         m
     }
 
-    /// Families that are not exported (benches and tests).
-    pub fn detached() -> Self {
+    /// Families not yet registered anywhere.
+    fn detached() -> Self {
         Self {
             deliveries: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
@@ -161,11 +161,6 @@ pub struct PairMetrics {
 }
 
 impl PairMetrics {
-    /// Detached handles (benches and tests that do not export metrics).
-    pub fn detached() -> Self {
-        TriggerMetrics::detached().pair("", "")
-    }
-
     /// The counter of a final outcome.
     pub fn outcome(&self, outcome: &str) -> &Counter {
         match outcome {

@@ -117,16 +117,6 @@ impl UnitTask {
         self.drain = Some(drain);
         self
     }
-
-    /// A receiver of the unit's state (tests wait on it).
-    pub fn watch_state(&self) -> watch::Receiver<UnitState> {
-        self.state.clone()
-    }
-
-    /// Kills the task without draining (what a crash does); for tests.
-    pub fn abort(&self) {
-        self.task.abort();
-    }
 }
 
 impl Unit for UnitTask {
