@@ -37,6 +37,16 @@ pub enum Error {
         /// The rejected value.
         value: String,
     },
+    /// A number or duration is outside its accepted range.
+    #[error("{field} {value} is out of range: expected {range}")]
+    OutOfRange {
+        /// The field path.
+        field: &'static str,
+        /// The rejected value.
+        value: String,
+        /// The accepted range, in words.
+        range: &'static str,
+    },
     /// A numeric retry setting is out of range.
     #[error("invalid retry policy: {0}")]
     InvalidRetry(&'static str),

@@ -14,6 +14,7 @@ use crate::{
     embedded::{DeploymentTemplate, ServiceTemplate},
     hpa::HpaTemplate,
     parse::{ContentType, Handler, RuntimeRef, parse_timeout},
+    scale::ScaleToZero,
 };
 
 /// Default port of a function's Service and container (`FUNC_PORT`).
@@ -114,6 +115,14 @@ pub struct FunctionSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub horizontal_pod_autoscaler: Option<HpaTemplate>,
+    /// Scale the function to zero replicas when idle and wake it on the next call or event
+    /// (our addition). Unset follows the install's default.
+    #[serde(
+        rename = "scaleToZero",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub scale_to_zero: Option<ScaleToZero>,
 }
 
 /// Observed state of a Function.
@@ -140,6 +149,10 @@ pub struct FunctionStatus {
     /// Runtime image the function runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The `kubeless.io/last-activity` annotation value the controller last acted on (scaling
+    /// to zero or waking): a different value on a function at zero wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_activity: Option<String>,
 }
 
 impl FunctionSpec {

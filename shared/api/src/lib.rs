@@ -18,6 +18,7 @@ pub mod hpa;
 pub mod labels;
 pub mod legacy;
 pub mod parse;
+pub mod scale;
 pub mod schema;
 pub mod triggers;
 pub mod validate;

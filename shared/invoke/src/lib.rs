@@ -14,12 +14,14 @@
 //! # Ok(()) }
 //! ```
 
+pub mod activity;
 pub mod event;
 pub mod invoker;
 pub mod resolve;
 pub mod retry;
 pub mod target;
 
+pub use activity::Activity;
 pub use event::Event;
 pub use invoker::{ClientOptions, InvokeError, Invoker, Outcome};
 pub use resolve::{

@@ -1,0 +1,324 @@
+//! Traffic records and wake-ups for functions that scale to zero (the writer side of the
+//! contract in [`kubeless_api::scale`]).
+//!
+//! The gateway and the triggers feed [`Activity`] every Function they watch
+//! ([`Activity::observe`]) and call [`Activity::record`] when they have a call or an event for
+//! one. For a running function that patches the `kubeless.io/last-activity` annotation at most
+//! once per interval; for a function at zero it patches at once (once per stay at zero), which
+//! makes the function-controller scale it up. [`Activity::wait_ready`] holds a caller until the
+//! function has a ready replica again.
+//!
+//! Functions without scale to zero (no `ScaledToZero` condition) cost a map lookup and nothing
+//! else: no write ever happens for them.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use kube::{
+    Api, ResourceExt,
+    api::{Patch, PatchParams},
+};
+use kubeless_api::{
+    Function,
+    scale::{LAST_ACTIVITY, ScaleState, activity_now},
+};
+use tokio::sync::watch;
+
+/// Default interval between two activity writes for a running function.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+type Key = (String, String);
+
+struct Entry {
+    state: ScaleState,
+    /// A replica is ready and the function is not at zero.
+    ready: watch::Sender<bool>,
+    last_write: Option<Instant>,
+    /// A wake-up was written for the current stay at zero.
+    wake_sent: bool,
+    writing: bool,
+}
+
+impl Entry {
+    fn new() -> Self {
+        Self {
+            state: ScaleState::Off,
+            ready: watch::Sender::new(false),
+            last_write: None,
+            wake_sent: false,
+            writing: false,
+        }
+    }
+}
+
+/// Records traffic on Functions and wakes those at zero. Cheap to share (`Arc`).
+pub struct Activity {
+    client: Option<kube::Client>,
+    interval: Duration,
+    entries: Mutex<HashMap<Key, Entry>>,
+    on_wake: Box<dyn Fn(&str, &str) + Send + Sync>,
+}
+
+impl std::fmt::Debug for Activity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Activity")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a caller stopped waiting for a function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// The function did not get a ready replica within the wait.
+    #[error("the function did not become ready within {0:?}")]
+    Timeout(Duration),
+}
+
+impl Activity {
+    /// Writes through `client` (which needs `patch` on `functions.kubeless.io`), at most once
+    /// per `interval` for a running function.
+    pub fn new(client: kube::Client, interval: Duration) -> Self {
+        Self {
+            client: Some(client),
+            interval,
+            entries: Mutex::new(HashMap::new()),
+            on_wake: Box::new(|_, _| {}),
+        }
+    }
+
+    /// An instance that tracks state but never writes (tests of callers, tools without RBAC).
+    pub fn read_only() -> Self {
+        Self {
+            client: None,
+            interval: DEFAULT_INTERVAL,
+            entries: Mutex::new(HashMap::new()),
+            on_wake: Box::new(|_, _| {}),
+        }
+    }
+
+    /// Calls `f(namespace, name)` whenever a wake-up is written (for a metric).
+    #[must_use]
+    pub fn on_wake(mut self, f: impl Fn(&str, &str) + Send + Sync + 'static) -> Self {
+        self.on_wake = Box::new(f);
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+        // Every update is a few field writes on one entry: consistent even after a panic.
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes in the current state of a Function (call for every watch event).
+    pub fn observe(&self, f: &Function) {
+        let key = (f.namespace().unwrap_or_default(), f.name_any());
+        let state = ScaleState::of(f);
+        let replicas = f
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        let mut map = self.lock();
+        let e = map.entry(key).or_insert_with(Entry::new);
+        if state != ScaleState::AtZero {
+            e.wake_sent = false;
+        }
+        e.state = state;
+        e.ready.send_if_modified(|r| {
+            let now = state != ScaleState::AtZero && replicas > 0;
+            std::mem::replace(r, now) != now
+        });
+    }
+
+    /// Forgets a deleted Function.
+    pub fn forget(&self, namespace: &str, name: &str) {
+        self.lock()
+            .remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The function's scale-to-zero state as last observed (`Off` when unknown).
+    pub fn state(&self, namespace: &str, name: &str) -> ScaleState {
+        self.lock()
+            .get(&(namespace.to_string(), name.to_string()))
+            .map_or(ScaleState::Off, |e| e.state)
+    }
+
+    /// Whether the function has a ready replica and is not at zero, as last observed.
+    pub fn is_ready(&self, namespace: &str, name: &str) -> bool {
+        self.lock()
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|e| *e.ready.borrow())
+    }
+
+    /// Notes a call or event for the function: writes the activity annotation when due, and
+    /// at once when the function is at zero. Never waits; the write runs in the background.
+    pub fn record(self: &Arc<Self>, namespace: &str, name: &str) {
+        let Some(client) = &self.client else { return };
+        let wake = {
+            let mut map = self.lock();
+            let Some(e) = map.get_mut(&(namespace.to_string(), name.to_string())) else {
+                return;
+            };
+            if e.writing {
+                return;
+            }
+            let wake = match e.state {
+                ScaleState::Off => return,
+                ScaleState::AtZero if e.wake_sent => return,
+                ScaleState::AtZero => true,
+                ScaleState::Active => {
+                    if e.last_write.is_some_and(|t| t.elapsed() < self.interval) {
+                        return;
+                    }
+                    false
+                }
+            };
+            e.writing = true;
+            wake
+        };
+        let this = Arc::clone(self);
+        let client = client.clone();
+        let (ns, name) = (namespace.to_string(), name.to_string());
+        tokio::spawn(async move {
+            let api: Api<Function> = Api::namespaced(client, &ns);
+            let patch =
+                serde_json::json!({"metadata": {"annotations": {LAST_ACTIVITY: activity_now()}}});
+            let result = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
+            let ok = result.is_ok();
+            if let Err(e) = result {
+                tracing::warn!(namespace = ns, function = name, error = %e, wake, "recording function activity failed");
+            } else if wake {
+                tracing::info!(
+                    namespace = ns,
+                    function = name,
+                    "woke a function scaled to zero"
+                );
+                (this.on_wake)(&ns, &name);
+            }
+            let mut map = this.lock();
+            if let Some(e) = map.get_mut(&(ns, name)) {
+                e.writing = false;
+                if ok {
+                    e.last_write = Some(Instant::now());
+                    if wake && e.state == ScaleState::AtZero {
+                        e.wake_sent = true;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Waits until the function has a ready replica (at once if it has one), waking it if it
+    /// is at zero. A function with scale to zero off is not waited for: its availability is
+    /// the resolver's business.
+    pub async fn wait_ready(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+        timeout: Duration,
+    ) -> Result<(), WaitError> {
+        let mut rx = {
+            let map = self.lock();
+            match map.get(&(namespace.to_string(), name.to_string())) {
+                Some(e) if e.state != ScaleState::Off => e.ready.subscribe(),
+                _ => return Ok(()),
+            }
+        };
+        if *rx.borrow_and_update() {
+            return Ok(());
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // A failed write clears `writing` without setting `wake_sent`: try again while
+            // waiting, once a second.
+            self.record(namespace, name);
+            let step = tokio::time::Instant::now() + Duration::from_secs(1);
+            match tokio::time::timeout_at(step.min(deadline), rx.changed()).await {
+                Ok(Ok(())) if *rx.borrow_and_update() => return Ok(()),
+                Ok(Ok(())) => {}
+                // The entry was forgotten (Function deleted): nothing to wait for.
+                Ok(Err(_)) => return Ok(()),
+                Err(_) if tokio::time::Instant::now() >= deadline => {
+                    return Err(WaitError::Timeout(timeout));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeless_api::{
+        Condition, FunctionStatus,
+        scale::{SCALED_TO_ZERO, reasons},
+    };
+
+    fn function(state: Option<bool>, ready: i32) -> Function {
+        let mut f = Function::new("f", Default::default());
+        f.metadata.namespace = Some("ns".into());
+        let mut status = FunctionStatus {
+            ready_replicas: Some(ready),
+            ..Default::default()
+        };
+        if let Some(at_zero) = state {
+            let reason = if at_zero {
+                reasons::IDLE
+            } else {
+                reasons::ACTIVE
+            };
+            status
+                .conditions
+                .push(Condition::new(SCALED_TO_ZERO, at_zero, reason, ""));
+        }
+        f.status = Some(status);
+        f
+    }
+
+    #[tokio::test]
+    async fn off_functions_are_never_waited_for() {
+        let a = Arc::new(Activity::read_only());
+        a.observe(&function(None, 0));
+        assert_eq!(a.state("ns", "f"), ScaleState::Off);
+        assert!(
+            a.wait_ready("ns", "f", Duration::from_millis(10))
+                .await
+                .is_ok()
+        );
+        // Unknown functions neither.
+        assert!(
+            a.wait_ready("ns", "g", Duration::from_millis(10))
+                .await
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_waits_until_the_function_is_ready() {
+        let a = Arc::new(Activity::read_only());
+        a.observe(&function(Some(true), 0));
+        assert_eq!(a.state("ns", "f"), ScaleState::AtZero);
+        assert_eq!(
+            a.wait_ready("ns", "f", Duration::from_millis(50)).await,
+            Err(WaitError::Timeout(Duration::from_millis(50)))
+        );
+        let waiter = {
+            let a = Arc::clone(&a);
+            tokio::spawn(async move { a.wait_ready("ns", "f", Duration::from_secs(5)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Woken but no replica ready yet: still waiting.
+        a.observe(&function(Some(false), 0));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished());
+        a.observe(&function(Some(false), 1));
+        assert_eq!(waiter.await.ok(), Some(Ok(())));
+        assert!(a.is_ready("ns", "f"));
+    }
+}
