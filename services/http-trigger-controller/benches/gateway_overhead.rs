@@ -3,6 +3,11 @@
 //! for a bounded time each. Prints p50 / p99 / req/s of both and the ratios
 //! (goals: p50 at most 1.3x direct, throughput at least 70% of direct).
 //!
+//! A third row calls the echo server through a route with scale to zero on (the function
+//! running and ready): the per-request activity bookkeeping on top of the plain gateway path.
+//! Its activity records cannot write (no cluster), so the throttled annotation write, once per
+//! interval, is not part of it.
+//!
 //! `cargo bench -p http-trigger-controller --bench gateway_overhead [-- <connections> <seconds>]`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,8 +21,11 @@ use http_body_util::{BodyExt, Empty, Full};
 use http_trigger_controller::gateway::Gateway;
 use http_trigger_controller::gateway::routes::{Route, RouteTable};
 use http_trigger_controller::gateway::secrets::SecretStore;
+use http_trigger_controller::gateway::wake::Wake;
 use http_trigger_controller::metrics::GatewayMetrics;
 use hyper_util::rt::{TokioExecutor, TokioIo};
+use kubeless_api::scale::{SCALED_TO_ZERO, reasons};
+use kubeless_api::{Condition, Function, FunctionStatus};
 use kubeless_invoke::{Endpoint, FunctionTarget, StaticResolver};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
@@ -128,7 +136,8 @@ fn row(name: &str, s: &Stats) {
     );
 }
 
-/// Loads `function` directly and through the gateway at `gw_addr` (route `/<name>`).
+/// Loads `function` directly and through the gateway at `gw_addr` (route `/<name>`, and
+/// `/<name>-stz` with scale to zero on when `stz`).
 async fn compare(
     gw_addr: SocketAddr,
     function: SocketAddr,
@@ -136,21 +145,48 @@ async fn compare(
     conns: usize,
     secs: f64,
     expect: Option<&'static [u8]>,
+    stz: bool,
 ) {
     let path = format!("/{name}");
+    let stz_path = format!("/{name}-stz");
     // Warm both paths (connection pools, allocator) before measuring.
     load(function, "fn", "/", conns, 0.5, expect).await;
     load(gw_addr, "fn.example.com", &path, conns, 0.5, expect).await;
     let direct = load(function, "fn", "/", conns, secs, expect).await;
     let via = load(gw_addr, "fn.example.com", &path, conns, secs, expect).await;
+    let via_stz = match stz {
+        true => Some(load(gw_addr, "fn.example.com", &stz_path, conns, secs, expect).await),
+        false => None,
+    };
     row("direct", &direct);
     row("gateway", &via);
-    println!(
-        "ratios: p50 {:.2}x direct (goal <= 1.3x), p99 {:.2}x, throughput {:.0}% of direct (goal >= 70%)",
-        via.p50.as_secs_f64() / direct.p50.as_secs_f64(),
-        via.p99.as_secs_f64() / direct.p99.as_secs_f64(),
-        100.0 * via.rps / direct.rps
-    );
+    let ratios = |what: &str, via: &Stats| {
+        println!(
+            "{what}: p50 {:.2}x direct (goal <= 1.3x), p99 {:.2}x, throughput {:.0}% of direct (goal >= 70%)",
+            via.p50.as_secs_f64() / direct.p50.as_secs_f64(),
+            via.p99.as_secs_f64() / direct.p99.as_secs_f64(),
+            100.0 * via.rps / direct.rps
+        )
+    };
+    if let Some(s) = &via_stz {
+        row("gw+stz", s);
+    }
+    ratios("ratios", &via);
+    if let Some(s) = &via_stz {
+        ratios("ratios, scale to zero on", s);
+    }
+}
+
+/// A Function with scale to zero on, running with a ready replica, as its status says.
+fn running_function(name: &str) -> Function {
+    let mut f = Function::new(name, Default::default());
+    f.metadata.namespace = Some("default".into());
+    f.status = Some(FunctionStatus {
+        ready_replicas: Some(1),
+        conditions: vec![Condition::new(SCALED_TO_ZERO, false, reasons::ACTIVE, "")],
+        ..Default::default()
+    });
+    f
 }
 
 fn route(name: &str) -> Route {
@@ -162,6 +198,7 @@ fn route(name: &str) -> Route {
         cors: false,
         basic_auth_secret: None,
         target: Some(FunctionTarget::new("default", name).with_timeout(Duration::from_secs(30))),
+        scale_to_zero: false,
     }
 }
 
@@ -218,12 +255,27 @@ fn main() {
         let dir = tempfile::tempdir().unwrap();
         let echo = echo_server(token.clone()).await;
         let runtime = start_runtime(dir.path()).await;
-        let mut resolver = StaticResolver::default().with_function(
-            "default",
-            "echo",
-            vec![Endpoint::parse(&format!("http://{echo}/")).unwrap()],
-        );
-        let mut routes = vec![route("echo")];
+        let mut resolver = StaticResolver::default()
+            .with_function(
+                "default",
+                "echo",
+                vec![Endpoint::parse(&format!("http://{echo}/")).unwrap()],
+            )
+            .with_function(
+                "default",
+                "echo-stz",
+                vec![Endpoint::parse(&format!("http://{echo}/")).unwrap()],
+            );
+        let mut routes = vec![
+            route("echo"),
+            Route {
+                scale_to_zero: true,
+                ..route("echo-stz")
+            },
+        ];
+        let wake = Wake::default();
+        wake.activity.observe(&running_function("echo-stz"));
+        assert!(wake.activity.is_ready("default", "echo-stz"));
         if let Some((_, addr)) = &runtime {
             resolver = resolver.with_function(
                 "default",
@@ -232,10 +284,11 @@ fn main() {
             );
             routes.push(route("runtime"));
         }
-        let gw = Gateway::new(
+        let gw = Gateway::with_wake(
             Arc::new(resolver),
             SecretStore::fixed([]),
             GatewayMetrics::default(),
+            wake,
         );
         gw.set_routes(RouteTable::from_routes(routes));
         let (gw_addr, server) = gw
@@ -245,13 +298,13 @@ fn main() {
 
         println!("gateway overhead: {conns} connections, {secs} s per run, HTTP/1.1 keep-alive");
         println!("-- function: a Rust echo server (the gateway's own cost, nothing to hide it)");
-        compare(gw_addr, echo, "echo", conns, secs, Some(BODY)).await;
+        compare(gw_addr, echo, "echo", conns, secs, Some(BODY), true).await;
         match runtime {
             Some((mut child, addr)) => {
                 println!(
                     "-- function: kubeless-runtime serve, noop worker (the real function proxy)"
                 );
-                compare(gw_addr, addr, "runtime", conns, secs, None).await;
+                compare(gw_addr, addr, "runtime", conns, secs, None, false).await;
                 let _ = child.kill().await;
             }
             None => println!(

@@ -4,7 +4,8 @@
 //!   for nginx, traefik or kong ([`ingress`] is the pure builder) and reports a `Ready`
 //!   condition with the URL.
 //! * The built-in gateway ([`gateway`], switched on with `--gateway`) serves HTTPTriggers
-//!   itself, for clusters (and devcluster) without an ingress controller.
+//!   itself, for clusters (and devcluster) without an ingress controller, and wakes functions
+//!   scaled to zero, holding their requests meanwhile ([`gateway::wake`]).
 //!
 //! [`serve`] is what the binary runs under the kubeless-service scaffold; [`run`] is the
 //! library entry point integration tests call.
@@ -20,13 +21,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kubeless_invoke::EndpointSliceResolver;
+use kubeless_invoke::{Activity, EndpointSliceResolver};
 use kubeless_service::{LeaseConfig, ServiceArgs, lease::LeaderElector, lease::LeaseMetrics};
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use error::Error;
 
+use crate::gateway::wake::{Wake, WakeSettings};
 use crate::gateway::{Gateway, secrets::SecretStore};
 use crate::metrics::{ControllerMetrics, GatewayMetrics};
 
@@ -70,6 +72,36 @@ pub struct ControllerArgs {
         default_value_t = 10
     )]
     pub secret_cache_seconds: u64,
+    /// Scale to zero: least time between two writes of a running function's activity
+    /// annotation (`kubeless.io/last-activity`), e.g. `10s`, `1m`.
+    #[arg(
+        long = "activity-interval",
+        env = "KUBELESS_ACTIVITY_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_flag_duration
+    )]
+    pub activity_interval: Duration,
+    /// Scale to zero: how long the gateway holds a request for a function at zero before it
+    /// answers 503, e.g. `60s`, `2m`.
+    #[arg(
+        long = "wake-timeout",
+        env = "KUBELESS_WAKE_TIMEOUT",
+        default_value = "60s",
+        value_parser = parse_flag_duration
+    )]
+    pub wake_timeout: Duration,
+    /// Scale to zero: most requests held for one function at once; more get 503 at once.
+    #[arg(
+        long = "wake-queue",
+        env = "KUBELESS_WAKE_QUEUE",
+        default_value_t = 1000
+    )]
+    pub wake_queue: usize,
+}
+
+/// A flag's Go-style duration (`500ms`, `10s`, `1m30s`).
+fn parse_flag_duration(s: &str) -> Result<Duration, String> {
+    kubeless_api::delivery::parse_duration("duration", s).map_err(|e| e.to_string())
 }
 
 /// The whole command line.
@@ -122,6 +154,8 @@ pub struct Settings {
     pub instance: Option<String>,
     /// Lease gating the controller (the gateway always serves).
     pub lease: Option<LeaseConfig>,
+    /// How the gateway records activity and holds requests for functions at zero.
+    pub wake: WakeSettings,
 }
 
 impl Settings {
@@ -135,6 +169,9 @@ impl Settings {
             gateway,
             gateway_addr,
             secret_cache_seconds,
+            activity_interval,
+            wake_timeout,
+            wake_queue,
         } = args;
         Self {
             namespace,
@@ -143,6 +180,11 @@ impl Settings {
             secret_ttl: Duration::from_secs(secret_cache_seconds),
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
             lease,
+            wake: WakeSettings {
+                activity_interval,
+                timeout: wake_timeout,
+                queue: wake_queue,
+            },
         }
     }
 }
@@ -201,17 +243,32 @@ pub async fn run(
 
     if let Some(addr) = settings.gateway_addr {
         let resolver = Arc::new(EndpointSliceResolver::default());
-        let gw = Gateway::new(
+        let gateway_metrics = GatewayMetrics::register(metrics);
+        let wakes = gateway_metrics.wakes.clone();
+        // Every replica records and wakes: the writes are idempotent, and each replica holds
+        // its own requests.
+        let activity = Arc::new(
+            Activity::new(client.clone(), settings.wake.activity_interval).on_wake(move |_, _| {
+                wakes.inc();
+            }),
+        );
+        let wake = Wake::new(
+            Arc::clone(&activity),
+            settings.wake.timeout,
+            settings.wake.queue,
+        );
+        let gw = Gateway::with_wake(
             resolver.clone(),
             SecretStore::kube(client.clone(), settings.secret_ttl),
-            GatewayMetrics::register(metrics),
+            gateway_metrics,
+            wake,
         );
         let (local, server) = gw.bind(addr, shutdown.clone()).await?;
         gateway_addr = Some(local);
         tasks.push(server);
         let (client, ns, token) = (client.clone(), settings.namespace.clone(), shutdown.clone());
         tasks.push(tokio::spawn(async move {
-            gateway::feed::run(gw, resolver, client, ns, token, move || {
+            gateway::feed::run(gw, resolver, activity, client, ns, token, move || {
                 synced_tx.send_replace(true);
             })
             .await

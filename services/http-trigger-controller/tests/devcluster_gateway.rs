@@ -266,6 +266,7 @@ async fn http_triggers_through_the_builtin_gateway() {
             secret_ttl: Duration::from_millis(0),
             instance: None,
             lease: None,
+            wake: Default::default(),
         },
         &metrics,
         token.clone(),

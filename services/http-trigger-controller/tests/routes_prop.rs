@@ -33,6 +33,7 @@ fn route() -> impl Strategy<Value = Route> {
             cors: false,
             basic_auth_secret: None,
             target: None,
+            scale_to_zero: false,
         })
 }
 

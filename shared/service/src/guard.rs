@@ -209,6 +209,34 @@ where
         + Sync
         + 'static,
 {
+    guarded_watch_inspect(client, namespace, config, strip, |_| {})
+}
+
+/// [`guarded_watch_stripped`] that also shows `inspect` every event of valid objects (relist
+/// markers included), whole (before `strip`) and before the store takes it in: for state kept
+/// beside the store that must follow each change rather than diff the store (the gateway's
+/// scale-to-zero records). An object that turns malformed arrives as the `Delete` of its last
+/// valid version.
+pub fn guarded_watch_inspect<K>(
+    client: Client,
+    namespace: Option<&str>,
+    config: watcher::Config,
+    strip: fn(&mut K),
+    mut inspect: impl FnMut(&watcher::Event<K>) + Send + 'static,
+) -> (
+    Store<K>,
+    InvalidObjects,
+    impl Stream<Item = Result<(), watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
     let api: Api<DeserializeGuard<K>> = match namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
@@ -220,6 +248,7 @@ where
     let stream = watcher(api, config).default_backoff().map(move |event| {
         let event = event?;
         for mut valid in split_event(event, &reader, &set) {
+            inspect(&valid);
             match &mut valid {
                 watcher::Event::Apply(k)
                 | watcher::Event::InitApply(k)

@@ -20,8 +20,8 @@ pub use args::{ServiceArgs, ServiceConfig};
 pub use backoff::Backoff;
 pub use events::{DEFAULT_EVENT_INTERVAL, ThrottledEvents, object_reference};
 pub use guard::{
-    InvalidObjects, guarded_watch, guarded_watch_notify, guarded_watch_stripped,
-    report_all_invalid, report_invalid,
+    InvalidObjects, guarded_watch, guarded_watch_inspect, guarded_watch_notify,
+    guarded_watch_stripped, report_all_invalid, report_invalid,
 };
 pub use lease::{LeaderElector, LeaseConfig};
 pub use metrics::Metrics;

@@ -1,13 +1,15 @@
 //! Keeps the gateway's routing table and endpoint resolver in step with the cluster: watches
-//! HTTPTriggers, Functions, function Services and EndpointSlices.
+//! HTTPTriggers, Functions, function Services and EndpointSlices. Every Function event also
+//! goes to the scale-to-zero [`Activity`] records.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use kube::{
-    Api, Client, Resource,
+    Api, Client, Resource, ResourceExt,
     runtime::{
         WatchStreamExt,
         reflector::{self, ObjectRef, Store},
@@ -15,10 +17,11 @@ use kube::{
     },
 };
 use kubeless_api::{
-    Function, HttpTrigger,
+    Function, FunctionStatus, HttpTrigger,
     labels::{CREATED_BY, CREATED_BY_VALUE},
+    scale::SCALED_TO_ZERO,
 };
-use kubeless_invoke::EndpointSliceResolver;
+use kubeless_invoke::{Activity, EndpointSliceResolver};
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -82,11 +85,82 @@ where
     (store, stream)
 }
 
+/// Feeds [`Activity`] from the Function watch: each applied Function is observed, a deleted
+/// one forgotten, and so is one that vanished while the watch was relisting.
+pub struct ActivityFeed {
+    activity: Arc<Activity>,
+    known: HashSet<(String, String)>,
+    relisted: Option<HashSet<(String, String)>>,
+}
+
+impl ActivityFeed {
+    pub fn new(activity: Arc<Activity>) -> Self {
+        Self {
+            activity,
+            known: HashSet::new(),
+            relisted: None,
+        }
+    }
+
+    /// Takes in one event of the Function watch.
+    pub fn event(&mut self, event: &watcher::Event<Function>) {
+        let key = |f: &Function| (f.namespace().unwrap_or_default(), f.name_any());
+        match event {
+            watcher::Event::Apply(f) => {
+                self.activity.observe(f);
+                self.known.insert(key(f));
+            }
+            watcher::Event::Delete(f) => {
+                let (ns, name) = key(f);
+                self.activity.forget(&ns, &name);
+                self.known.remove(&(ns, name));
+            }
+            watcher::Event::Init => self.relisted = Some(HashSet::new()),
+            watcher::Event::InitApply(f) => {
+                self.activity.observe(f);
+                self.relisted.get_or_insert_default().insert(key(f));
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relisted.take().unwrap_or_default();
+                for (ns, name) in self.known.difference(&fresh) {
+                    self.activity.forget(ns, name);
+                }
+                self.known = fresh;
+            }
+        }
+    }
+}
+
+/// What the gateway keeps of a Function: its timeout and Service for the routes, and the
+/// `ScaledToZero` condition (whether requests record activity). Code, deps, templates and
+/// the rest of the status are dropped.
+fn strip_function(f: &mut Function) {
+    f.metadata.managed_fields = None;
+    f.metadata.annotations = None;
+    f.spec.function = None;
+    f.spec.deps = None;
+    f.spec.deployment = None;
+    f.spec.horizontal_pod_autoscaler = None;
+    f.status = f.status.take().and_then(|s| {
+        let conditions: Vec<_> = s
+            .conditions
+            .into_iter()
+            .filter(|c| c.type_ == SCALED_TO_ZERO)
+            .collect();
+        (!conditions.is_empty()).then(|| FunctionStatus {
+            conditions,
+            ..FunctionStatus::default()
+        })
+    });
+}
+
 /// Runs the watches and rebuilds the routes until `shutdown`. `ready` is called once every
 /// cache (EndpointSlices included) has its initial list and the first table is in place.
+/// Every Function event is shown to `activity` first.
 pub async fn run(
     gateway: Arc<Gateway>,
     resolver: Arc<EndpointSliceResolver>,
+    activity: Arc<Activity>,
     client: Client,
     namespace: Option<String>,
     shutdown: CancellationToken,
@@ -105,20 +179,13 @@ pub async fn run(
         },
     );
     let t_stream = poke(t_stream, notify.clone());
-    let (functions, _, f_stream) = kubeless_service::guarded_watch_stripped::<Function>(
+    let mut feed = ActivityFeed::new(activity);
+    let (functions, _, f_stream) = kubeless_service::guarded_watch_inspect::<Function>(
         client.clone(),
         ns,
         watcher::Config::default(),
-        // Only timeout and service are needed: drop the code, deps and templates.
-        |f| {
-            f.metadata.managed_fields = None;
-            f.metadata.annotations = None;
-            f.spec.function = None;
-            f.spec.deps = None;
-            f.spec.deployment = None;
-            f.spec.horizontal_pod_autoscaler = None;
-            f.status = None;
-        },
+        strip_function,
+        move |event| feed.event(event),
     );
     let f_stream = poke(f_stream, notify.clone());
     let (services, s_stream) = reflect::<Service>(
@@ -168,4 +235,69 @@ fn table(
         |ns, name| functions.get(&ObjectRef::new(name).within(ns)),
         |ns, name| services.get(&ObjectRef::new(name).within(ns)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeless_api::{
+        Condition,
+        scale::{ScaleState, reasons},
+    };
+
+    fn function(name: &str, at_zero: Option<bool>, ready: i32) -> Function {
+        let mut f = Function::new(name, Default::default());
+        f.metadata.namespace = Some("ns".into());
+        let mut status = FunctionStatus {
+            ready_replicas: Some(ready),
+            ..Default::default()
+        };
+        status
+            .conditions
+            .push(Condition::new("Ready", ready > 0, "Deployed", ""));
+        if let Some(z) = at_zero {
+            let reason = if z { reasons::IDLE } else { reasons::ACTIVE };
+            status
+                .conditions
+                .push(Condition::new(SCALED_TO_ZERO, z, reason, ""));
+        }
+        f.status = Some(status);
+        f
+    }
+
+    #[test]
+    fn the_feed_observes_applies_and_forgets_deletes_and_vanished_functions() {
+        let activity = Arc::new(Activity::read_only());
+        let mut feed = ActivityFeed::new(Arc::clone(&activity));
+        feed.event(&watcher::Event::Init);
+        feed.event(&watcher::Event::InitApply(function("a", Some(true), 0)));
+        feed.event(&watcher::Event::InitApply(function("b", Some(false), 1)));
+        feed.event(&watcher::Event::InitDone);
+        assert_eq!(activity.state("ns", "a"), ScaleState::AtZero);
+        assert!(activity.is_ready("ns", "b"));
+        feed.event(&watcher::Event::Apply(function("a", Some(false), 1)));
+        assert!(activity.is_ready("ns", "a"));
+        feed.event(&watcher::Event::Delete(function("a", Some(false), 1)));
+        assert_eq!(activity.state("ns", "a"), ScaleState::Off);
+        // b was deleted while the watch was down: the relist no longer has it.
+        feed.event(&watcher::Event::Init);
+        feed.event(&watcher::Event::InitApply(function("c", None, 1)));
+        assert!(activity.is_ready("ns", "b"), "kept until the relist ends");
+        feed.event(&watcher::Event::InitDone);
+        assert_eq!(activity.state("ns", "b"), ScaleState::Off);
+        assert!(!activity.is_ready("ns", "b"));
+    }
+
+    #[test]
+    fn the_stored_function_keeps_only_the_scale_to_zero_condition() {
+        let mut f = function("a", Some(true), 0);
+        strip_function(&mut f);
+        let status = f.status.as_ref().unwrap();
+        assert_eq!(status.conditions.len(), 1);
+        assert_eq!(status.ready_replicas, None);
+        assert_eq!(ScaleState::of(&f), ScaleState::AtZero);
+        let mut off = function("b", None, 1);
+        strip_function(&mut off);
+        assert!(off.status.is_none());
+    }
 }

@@ -2,14 +2,15 @@
 //! host and longest path prefix to the function's ready endpoints (EndpointSlices, balanced
 //! here), with basic auth, CORS, the function's timeout and the Kubeless event headers.
 //!
-//! It makes HTTP triggers work where no ingress controller runs (devcluster), and it is where
-//! scale-from-zero will hook in later (hold the request while the function scales up).
+//! It makes HTTP triggers work where no ingress controller runs (devcluster), and it wakes
+//! functions scaled to zero: their requests are held while they scale up ([`wake`]).
 
 pub mod auth;
 pub mod cors;
 pub mod feed;
 pub mod routes;
 pub mod secrets;
+pub mod wake;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::header::{
-    AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderName, HeaderValue, TE, TRAILER,
-    TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
+    AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER, TE,
+    TRAILER, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
 };
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
@@ -28,12 +29,13 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use kubeless_invoke::Resolve;
+use kubeless_api::scale::ScaleState;
 use kubeless_invoke::event::{
     EVENT_ID, EVENT_NAMESPACE, EVENT_TIME, EVENT_TYPE, FORM_URLENCODED, event_time_now,
     new_event_id,
 };
-use tokio::net::TcpListener;
+use kubeless_invoke::{Endpoint, FunctionTarget, Resolve};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -41,6 +43,7 @@ use crate::error::Error;
 use crate::metrics::GatewayMetrics;
 use routes::{RouteTable, normalise_host};
 use secrets::SecretStore;
+use wake::{CONNECT_RETRY_STEP, RETRY_AFTER_SECONDS, Ticket, Wake};
 
 /// `event-namespace` of calls that come through an HTTPTrigger.
 pub const EVENT_NAMESPACE_HTTP: &str = "httptriggers.kubeless.io";
@@ -63,14 +66,79 @@ pub struct Gateway {
     secrets: SecretStore,
     client: Client<HttpConnector, CheckedBody>,
     metrics: GatewayMetrics,
+    wake: Wake,
+}
+
+/// A request held for a function that was not ready, now that it is.
+struct Held {
+    /// Its place in the function's wake queue, given up once the request is sent.
+    ticket: Ticket,
+    started: Instant,
+    deadline: tokio::time::Instant,
+}
+
+/// What the client side of a request tells about it, for a held request's forwarding.
+#[derive(Clone, Copy)]
+struct Front<'a> {
+    remote: SocketAddr,
+    /// The host as sent.
+    raw_host: &'a str,
+    /// The path to forward (route prefix stripped).
+    path: &'a str,
+    /// The CORS origin to answer, when the route has CORS on.
+    origin: Option<&'a HeaderValue>,
+}
+
+/// Why a request for a function at zero was answered without reaching it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// The function's wake queue is full.
+    QueueFull,
+    /// No ready replica (or none listening) within the wake timeout.
+    Timeout,
+    /// The Function went away while the request waited, or its endpoint is unusable.
+    Gone,
+}
+
+impl Refused {
+    fn answer(self) -> (&'static str, Response<Body>) {
+        match self {
+            Refused::QueueFull => (
+                "wake_queue_full",
+                retry_later("too many requests are waiting for the function to scale up\n"),
+            ),
+            Refused::Timeout => (
+                "wake_timeout",
+                retry_later("the function did not scale up in time\n"),
+            ),
+            Refused::Gone => (
+                "no_endpoint",
+                plain(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no ready endpoint for the function\n",
+                ),
+            ),
+        }
+    }
 }
 
 impl Gateway {
-    /// A gateway with no routes yet.
+    /// A gateway with no routes yet and no scale-to-zero records (routes with
+    /// `scale_to_zero` on are held only for Functions fed to [`Gateway::wake`]'s activity).
     pub fn new(
         resolver: Arc<dyn Resolve>,
         secrets: SecretStore,
         metrics: GatewayMetrics,
+    ) -> Arc<Self> {
+        Self::with_wake(resolver, secrets, metrics, Wake::default())
+    }
+
+    /// A gateway with no routes yet that holds requests for functions at zero through `wake`.
+    pub fn with_wake(
+        resolver: Arc<dyn Resolve>,
+        secrets: SecretStore,
+        metrics: GatewayMetrics,
+        wake: Wake,
     ) -> Arc<Self> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -88,7 +156,13 @@ impl Gateway {
             secrets,
             client,
             metrics,
+            wake,
         })
+    }
+
+    /// The scale-to-zero side: activity records and the wake queue.
+    pub fn wake(&self) -> &Wake {
+        &self.wake
     }
 
     /// Replaces the routing table.
@@ -264,6 +338,17 @@ impl Gateway {
                 plain(StatusCode::SERVICE_UNAVAILABLE, "function not found\n"),
             );
         };
+        // Functions without scale to zero pass this one boolean and nothing else; running ones
+        // with it, a few lookups. Holding is boxed so its state does not weigh on every request.
+        if route.scale_to_zero && self.must_hold(target) {
+            let front = Front {
+                remote,
+                raw_host: &raw_host,
+                path: &path,
+                origin: origin.as_ref(),
+            };
+            return Box::pin(self.hold_and_forward(req, &front, target)).await;
+        }
         let endpoint = match self.resolver.resolve(target) {
             Ok(e) => e,
             Err(_) => {
@@ -330,20 +415,244 @@ impl Gateway {
                     ),
                 )
             }
-            Ok(Ok(resp)) => {
-                let (mut parts, body) = resp.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                let outcome = match parts.status.as_u16() {
-                    200..=299 => "2xx",
-                    300..=399 => "3xx",
-                    400..=499 => "4xx",
-                    _ => "5xx",
-                };
-                let resp = Response::from_parts(parts, Either::Left(body));
-                (outcome, with_cors(resp, origin.as_ref()))
+            Ok(Ok(resp)) => relay(resp, origin.as_ref()),
+        }
+    }
+
+    /// For a function with scale to zero on: records the call (the write is throttled, and for
+    /// a function at zero it is the wake-up), and tells whether the request must wait for a
+    /// ready replica.
+    fn must_hold(&self, target: &FunctionTarget) -> bool {
+        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
+        let activity = &self.wake.activity;
+        // The route can be a rebuild behind the Function (scale to zero just turned off).
+        if activity.state(ns, name) == ScaleState::Off {
+            return false;
+        }
+        activity.record(ns, name);
+        !activity.is_ready(ns, name)
+    }
+
+    /// Holds a request until its function is ready, then sends it once; or refuses it.
+    async fn hold_and_forward(
+        &self,
+        req: Request<Incoming>,
+        front: &Front<'_>,
+        target: &FunctionTarget,
+    ) -> (&'static str, Response<Body>) {
+        match self.hold(target).await {
+            Ok(held) => self.forward_held(req, front, target, held).await,
+            Err(refused) => {
+                let (outcome, resp) = refused.answer();
+                (outcome, with_cors(resp, front.origin))
             }
         }
     }
+
+    /// Takes a place in the function's queue and waits for a ready replica.
+    async fn hold(&self, target: &FunctionTarget) -> Result<Held, Refused> {
+        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
+        let activity = &self.wake.activity;
+        let ticket = self.wake.queue.enter(ns, name).ok_or(Refused::QueueFull)?;
+        self.metrics.wake_holds.inc();
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + self.wake.timeout;
+        if activity
+            .wait_ready(ns, name, self.wake.timeout)
+            .await
+            .is_err()
+        {
+            self.metrics
+                .wake_wait
+                .observe(started.elapsed().as_secs_f64());
+            tracing::info!(
+                namespace = ns,
+                function = name,
+                "a held request timed out waiting for its function to scale up"
+            );
+            return Err(Refused::Timeout);
+        }
+        Ok(Held {
+            ticket,
+            started,
+            deadline,
+        })
+    }
+
+    /// Sends a held request once, on a connection of its own: its pod may have just become
+    /// ready while the gateway's EndpointSlices lag, or not listen yet. Resolving and
+    /// connecting are retried until the wake deadline, which is safe because nothing was sent;
+    /// after the connection is up the request is sent once and never retried.
+    async fn forward_held(
+        &self,
+        req: Request<Incoming>,
+        front: &Front<'_>,
+        target: &FunctionTarget,
+        held: Held,
+    ) -> (&'static str, Response<Body>) {
+        let Front {
+            remote,
+            raw_host,
+            path,
+            origin,
+        } = *front;
+        let Held {
+            ticket,
+            started,
+            deadline,
+        } = held;
+        let connected = self.connect_when_up(target, deadline).await;
+        self.metrics
+            .wake_wait
+            .observe(started.elapsed().as_secs_f64());
+        drop(ticket);
+        let (endpoint, stream) = match connected {
+            Ok(c) => c,
+            Err(refused) => {
+                let (outcome, resp) = refused.answer();
+                return (outcome, with_cors(resp, origin));
+            }
+        };
+        let (mut parts, body) = req.into_parts();
+        let Some(uri) = origin_form(path, parts.uri.query()) else {
+            return (
+                "bad_uri",
+                plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
+            );
+        };
+        prepare_headers(&mut parts.headers, raw_host, remote);
+        if !parts.headers.contains_key(HOST)
+            && let Some(a) = endpoint.uri().authority()
+            && let Ok(v) = HeaderValue::from_str(a.as_str())
+        {
+            parts.headers.insert(HOST, v);
+        }
+        parts.uri = uri;
+        parts.version = Version::HTTP_11;
+        let body_failed = Arc::new(AtomicBool::new(false));
+        let body = CheckedBody {
+            inner: body,
+            failed: Arc::clone(&body_failed),
+        };
+        let (mut sender, conn) =
+            match hyper::client::conn::http1::handshake(TokioIo::new(stream)).await {
+                Ok(h) => h,
+                Err(e) => {
+                    tracing::debug!(error = %e, %endpoint, "function connection failed");
+                    return (
+                        "bad_gateway",
+                        with_cors(
+                            plain(StatusCode::BAD_GATEWAY, "calling the function failed\n"),
+                            origin,
+                        ),
+                    );
+                }
+            };
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "function connection ended with an error");
+            }
+        });
+        let call = sender.send_request(Request::from_parts(parts, body));
+        match tokio::time::timeout(target.timeout, call).await {
+            Err(_) => (
+                "timeout",
+                with_cors(
+                    plain(StatusCode::GATEWAY_TIMEOUT, "function timed out\n"),
+                    origin,
+                ),
+            ),
+            Ok(Err(_)) if body_failed.load(Ordering::Relaxed) => (
+                "bad_request_body",
+                with_cors(
+                    plain(StatusCode::BAD_REQUEST, "malformed request body\n"),
+                    origin,
+                ),
+            ),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, %endpoint, "function call failed");
+                (
+                    "bad_gateway",
+                    with_cors(
+                        plain(StatusCode::BAD_GATEWAY, "calling the function failed\n"),
+                        origin,
+                    ),
+                )
+            }
+            Ok(Ok(resp)) => relay(resp, origin),
+        }
+    }
+
+    /// An endpoint of the woken function and an open connection to it, trying again every
+    /// [`CONNECT_RETRY_STEP`] until `deadline`.
+    async fn connect_when_up(
+        &self,
+        target: &FunctionTarget,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Endpoint, TcpStream), Refused> {
+        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
+        loop {
+            match self.resolver.resolve(target) {
+                Ok(endpoint) => match connect(&endpoint, deadline).await {
+                    Ok(stream) => return Ok((endpoint, stream)),
+                    Err(e) => {
+                        tracing::debug!(error = %e, %endpoint, "a woken function is not listening yet");
+                        self.resolver.report_failure(target, &endpoint);
+                    }
+                },
+                Err(e) if !e.is_retryable() => {
+                    tracing::warn!(error = %e, "a held request cannot be resolved");
+                    return Err(Refused::Gone);
+                }
+                Err(_) => {}
+            }
+            // Deleted while waiting (or scale to zero switched off): nothing more to wait for.
+            if self.wake.activity.state(ns, name) == ScaleState::Off {
+                return Err(Refused::Gone);
+            }
+            if tokio::time::Instant::now() + CONNECT_RETRY_STEP >= deadline {
+                return Err(Refused::Timeout);
+            }
+            tokio::time::sleep(CONNECT_RETRY_STEP).await;
+        }
+    }
+}
+
+/// A TCP connection to `endpoint`, given up at `deadline` (5 s per try at most, as the pool's).
+async fn connect(
+    endpoint: &Endpoint,
+    deadline: tokio::time::Instant,
+) -> std::io::Result<TcpStream> {
+    let authority = endpoint
+        .uri()
+        .authority()
+        .ok_or_else(|| std::io::Error::other("endpoint without host"))?;
+    let addr = match authority.port_u16() {
+        Some(_) => authority.as_str().to_string(),
+        None => format!("{}:80", authority.host()),
+    };
+    let limit = deadline
+        .saturating_duration_since(tokio::time::Instant::now())
+        .min(Duration::from_secs(5));
+    let stream = tokio::time::timeout(limit, TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+    let _ = stream.set_nodelay(true);
+    Ok(stream)
+}
+
+/// The function's answer, hop-by-hop headers removed, with its outcome label.
+fn relay(resp: Response<Incoming>, origin: Option<&HeaderValue>) -> (&'static str, Response<Body>) {
+    let (mut parts, body) = resp.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    let outcome = match parts.status.as_u16() {
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    let resp = Response::from_parts(parts, Either::Left(body));
+    (outcome, with_cors(resp, origin))
 }
 
 /// The client's request body on its way to the function; remembers whether reading it failed.
@@ -386,6 +695,15 @@ fn request_host<B>(req: &Request<B>) -> String {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("")
         .to_string()
+}
+
+/// `<path>[?query]`: the request target on a connection of the gateway's own.
+fn origin_form(path: &str, query: Option<&str>) -> Option<Uri> {
+    let pq = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_string(),
+    };
+    Uri::builder().path_and_query(pq).build().ok()
 }
 
 /// `http://<endpoint authority><path>[?query]`.
@@ -489,6 +807,14 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Body> {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
     }
+    resp
+}
+
+/// 503 with `Retry-After`: the function is scaling up, or too many requests wait for it.
+fn retry_later(text: &'static str) -> Response<Body> {
+    let mut resp = plain(StatusCode::SERVICE_UNAVAILABLE, text);
+    resp.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
     resp
 }
 

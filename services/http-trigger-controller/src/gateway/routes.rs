@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
-use kubeless_api::{Function, HttpTrigger};
+use kubeless_api::{Function, HttpTrigger, scale::ScaleState};
 use kubeless_invoke::FunctionTarget;
 
 use crate::ingress::{self, FunctionPort};
@@ -29,6 +29,9 @@ pub struct Route {
     pub basic_auth_secret: Option<String>,
     /// The function's Service, port and timeout; `None` when the Function does not exist.
     pub target: Option<FunctionTarget>,
+    /// The function has scale to zero on (a `ScaledToZero` condition): requests record
+    /// activity and may be held while it wakes. `false` keeps the request path as it was.
+    pub scale_to_zero: bool,
 }
 
 impl Route {
@@ -60,6 +63,7 @@ impl Route {
             cors: t.spec.cors_enable == Some(true),
             basic_auth_secret: ingress::basic_auth_secret(t).map(str::to_string),
             target,
+            scale_to_zero: function.is_some_and(|f| ScaleState::of(f) != ScaleState::Off),
         }
         .normalised()
     }
@@ -191,6 +195,7 @@ mod tests {
             cors: false,
             basic_auth_secret: None,
             target: None,
+            scale_to_zero: false,
         }
     }
 
@@ -276,10 +281,37 @@ mod tests {
             (target.namespace.as_str(), target.name.as_str()),
             ("ns", "hello")
         );
+        assert!(!r.scale_to_zero);
         // no function: a route that answers 503
         assert!(Route::from_trigger(&t, None, None).target.is_none());
         // no path: the root
         t.spec.path = None;
         assert_eq!(Route::from_trigger(&t, None, None).prefix, "/");
+    }
+
+    #[test]
+    fn scale_to_zero_follows_the_functions_condition() {
+        use kubeless_api::{
+            Condition, FunctionStatus,
+            scale::{SCALED_TO_ZERO, reasons},
+        };
+        let mut t = HttpTrigger::new(
+            "trig",
+            HttpTriggerSpec {
+                function_name: "hello".into(),
+                ..HttpTriggerSpec::default()
+            },
+        );
+        t.metadata.namespace = Some("ns".into());
+        let mut f = Function::new("hello", Default::default());
+        assert!(!Route::from_trigger(&t, Some(&f), None).scale_to_zero);
+        for (at_zero, reason) in [(false, reasons::ACTIVE), (true, reasons::IDLE)] {
+            f.status = Some(FunctionStatus {
+                conditions: vec![Condition::new(SCALED_TO_ZERO, at_zero, reason, "")],
+                ..Default::default()
+            });
+            assert!(Route::from_trigger(&t, Some(&f), None).scale_to_zero);
+        }
+        assert!(!Route::from_trigger(&t, None, None).scale_to_zero);
     }
 }
