@@ -57,6 +57,8 @@ pub struct Context {
     pub mode: Mode,
     /// Retry delays of failing triggers.
     pub backoff: kubeless_service::Backoff,
+    /// Wakes functions that scale to zero before each fire.
+    pub wake: Arc<crate::wake::WakeAhead>,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -66,6 +68,7 @@ pub async fn run(
     instance: Option<String>,
     metrics: ControllerMetrics,
     mode: Mode,
+    wake: Arc<crate::wake::WakeAhead>,
     shutdown: CancellationToken,
 ) {
     fn api<K>(c: &Client, ns: Option<&str>) -> Api<K>
@@ -97,6 +100,7 @@ pub async fn run(
         metrics,
         mode: mode.clone(),
         backoff: kubeless_service::Backoff::default(),
+        wake,
     });
     let controller = Controller::new(triggers, watcher::Config::default());
     let store = controller.store();
@@ -187,12 +191,14 @@ pub async fn reconcile(t: Arc<CronJobTrigger>, ctx: Arc<Context>) -> Result<Acti
         if let Mode::Scheduler(s) = &ctx.mode {
             s.remove(&ns, &t.name_any());
         }
+        ctx.wake.remove(&ns, &t.name_any());
         return Ok(Action::await_change());
     }
     let action = match &ctx.mode {
         Mode::CronJob(cfg) => reconcile_cronjob(&t, &ns, cfg, &ctx).await?,
         Mode::Scheduler(s) => reconcile_scheduled(&t, &ns, s, &ctx).await?,
     };
+    ctx.wake.upsert(&ns, &t);
     ctx.metrics.result("ok");
     ctx.backoff.reset(&ns, &t.name_any());
     Ok(action)

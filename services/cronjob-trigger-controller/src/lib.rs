@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod schedule;
 pub mod scheduler;
 pub mod status;
+pub mod wake;
 
 use std::sync::Arc;
 
@@ -53,6 +54,15 @@ pub struct ControllerArgs {
         default_missing_value = "true"
     )]
     pub scheduler_mode: bool,
+    /// How long before each fire a function that scales to zero is told to be up (a function
+    /// at zero is woken then): longer than its cold start.
+    #[arg(
+        long = "wake-ahead",
+        env = "KUBELESS_CRON_WAKE_AHEAD",
+        default_value = "30s",
+        value_parser = parse_wake_ahead
+    )]
+    pub wake_ahead: std::time::Duration,
     /// Image of kubeless-cron-invoker, run by every CronJob's Job.
     #[arg(long = "invoker-image", env = "KUBELESS_CRON_INVOKER_IMAGE", default_value_t = cronjob::default_invoker_image())]
     pub invoker_image: String,
@@ -122,12 +132,19 @@ pub struct Settings {
     pub instance: Option<String>,
     /// `None`: scheduler mode. `Some`: CronJob mode with these CronJob settings.
     pub cronjobs: Option<BuilderConfig>,
+    /// See [`ControllerArgs::wake_ahead`].
+    pub wake_ahead: std::time::Duration,
+}
+
+fn parse_wake_ahead(s: &str) -> Result<std::time::Duration, String> {
+    kubeless_api::delivery::parse_duration("--wake-ahead", s).map_err(|e| e.to_string())
 }
 
 impl Settings {
     pub fn from_args(args: ControllerArgs, namespace: Option<String>) -> Result<Self, ConfigError> {
         let ControllerArgs {
             scheduler_mode,
+            wake_ahead,
             invoker_image,
             invoker_image_pull_policy,
             invoker_resolver,
@@ -166,6 +183,7 @@ impl Settings {
             namespace,
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
             cronjobs,
+            wake_ahead,
         })
     }
 }
@@ -213,7 +231,13 @@ pub fn run(
         namespace,
         instance,
         cronjobs,
+        wake_ahead,
     } = settings;
+    let wake = Arc::new(wake::WakeAhead::new(
+        client.clone(),
+        wake_ahead,
+        shutdown.clone(),
+    ));
     let mut tasks = Vec::new();
     let mut scheduler = None;
     let mode = match cronjobs {
@@ -250,6 +274,7 @@ pub fn run(
         instance,
         ControllerMetrics::register(metrics),
         mode,
+        wake,
         shutdown,
     )));
     Running { scheduler, tasks }

@@ -296,6 +296,39 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
     })
 }
 
+/// Adjusts the Deployment for scale to zero: zero replicas while `at_zero`, else at least
+/// `min_replicas` (the Function's `scaleToZero.minReplicas`). With an HPA the replica count is
+/// left to the autoscaler and the reconciler moves it through the scale subresource instead.
+pub fn with_scale(mut d: Desired, at_zero: bool, min_replicas: Option<i32>) -> Desired {
+    if d.hpa.is_some() {
+        return d;
+    }
+    let Some(spec) = d.deployment.spec.as_mut() else {
+        return d;
+    };
+    let want = if at_zero {
+        0
+    } else {
+        spec.replicas.unwrap_or(1).max(min_replicas.unwrap_or(1))
+    };
+    if spec.replicas != Some(want) {
+        spec.replicas = Some(want);
+        d.deployment = stamp(d.deployment);
+    }
+    d
+}
+
+/// Replicas a function with an HPA is woken to: the larger of `scaleToZero.minReplicas` and
+/// the HPA's `minReplicas` (1 when neither is set).
+pub fn wake_replicas(d: &Desired, min_replicas: Option<i32>) -> i32 {
+    let hpa_min = d
+        .hpa
+        .as_ref()
+        .and_then(|h| h.spec.as_ref())
+        .and_then(|s| s.min_replicas);
+    hpa_min.unwrap_or(1).max(min_replicas.unwrap_or(1))
+}
+
 fn runtime_plan<'a>(
     f: &Function,
     cfg: &'a ControllerConfig,

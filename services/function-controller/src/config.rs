@@ -32,6 +32,8 @@ pub struct ControllerConfig {
     pub listen_on_pod_ip: bool,
     /// Cluster DNS domain of `status.url` (a controller flag, like `listen_on_pod_ip`).
     pub cluster_domain: String,
+    /// Scale to zero for Functions that do not say (controller flags).
+    pub scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults,
 }
 
 impl Default for ControllerConfig {
@@ -43,6 +45,7 @@ impl Default for ControllerConfig {
             functions_namespace: None,
             listen_on_pod_ip: false,
             cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
+            scale_to_zero: Default::default(),
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod diagnose;
 mod error;
 pub mod metrics;
 pub mod reconcile;
+pub mod scale;
 
 use std::sync::{Arc, RwLock};
 
@@ -91,6 +92,30 @@ pub struct ControllerArgs {
         default_value_t = 64
     )]
     pub concurrency: u16,
+    /// Scale idle Functions to zero unless they set `scaleToZero.enabled: false` (Functions
+    /// can also opt in one by one with `scaleToZero.enabled: true`).
+    #[arg(
+        long = "scale-to-zero",
+        env = "KUBELESS_SCALE_TO_ZERO",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub scale_to_zero: bool,
+    /// Idle period after which a Function scales to zero, unless it sets
+    /// `scaleToZero.idleAfter`: e.g. 90s, 5m, 1h.
+    #[arg(
+        long = "scale-to-zero-idle",
+        env = "KUBELESS_SCALE_TO_ZERO_IDLE",
+        default_value = "5m",
+        value_parser = parse_idle
+    )]
+    pub scale_to_zero_idle: std::time::Duration,
+}
+
+fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
+    kubeless_api::scale::parse_idle_after(s).map_err(|e| e.to_string())
 }
 
 /// The whole command line.
@@ -126,6 +151,8 @@ pub struct Settings {
     pub listen_on_pod_ip: bool,
     /// See [`ControllerArgs::cluster_domain`].
     pub cluster_domain: String,
+    /// See [`ControllerArgs::scale_to_zero`] and [`ControllerArgs::scale_to_zero_idle`].
+    pub scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults,
 }
 
 impl Default for Settings {
@@ -138,6 +165,7 @@ impl Default for Settings {
             instance: None,
             listen_on_pod_ip: false,
             cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
+            scale_to_zero: Default::default(),
         }
     }
 }
@@ -151,6 +179,8 @@ impl Settings {
             listen_on_pod_ip,
             cluster_domain,
             concurrency,
+            scale_to_zero,
+            scale_to_zero_idle,
         } = args;
         Self {
             config_namespace: kubeless_namespace,
@@ -160,6 +190,10 @@ impl Settings {
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
             listen_on_pod_ip,
             cluster_domain,
+            scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults {
+                enabled: scale_to_zero,
+                idle_after: scale_to_zero_idle,
+            },
         }
     }
 }
@@ -234,6 +268,7 @@ fn config_from(cm: &ConfigMap, s: &Settings) -> ControllerConfig {
     }
     cfg.listen_on_pod_ip = s.listen_on_pod_ip;
     cfg.cluster_domain.clone_from(&s.cluster_domain);
+    cfg.scale_to_zero = s.scale_to_zero;
     cfg
 }
 
@@ -241,6 +276,7 @@ fn default_config(s: &Settings) -> ControllerConfig {
     ControllerConfig {
         listen_on_pod_ip: s.listen_on_pod_ip,
         cluster_domain: s.cluster_domain.clone(),
+        scale_to_zero: s.scale_to_zero,
         ..ControllerConfig::default()
     }
 }
@@ -347,6 +383,7 @@ async fn run_once(
         metrics,
         backoff: Default::default(),
         stopping: restart.clone(),
+        waking: Default::default(),
     });
     // Guarded: a Function that does not deserialize reaches the reconciler as an error (and is
     // marked InvalidSpec) instead of failing the list of every Function.

@@ -33,6 +33,12 @@ pub struct ControllerMetrics {
     pub duration: Histogram,
     /// API writes the controller made.
     pub writes: Family<WriteLabel, Counter>,
+    /// Functions scaled to zero after idling.
+    pub scaled_to_zero: Counter,
+    /// Functions woken from zero by traffic.
+    pub wakes: Counter,
+    /// Seconds from a wake decision to the first ready replica.
+    pub wake_duration: Histogram,
 }
 
 impl ControllerMetrics {
@@ -45,6 +51,11 @@ impl ControllerMetrics {
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
             ]),
             writes: Family::default(),
+            scaled_to_zero: Counter::default(),
+            wakes: Counter::default(),
+            wake_duration: Histogram::new([
+                0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
+            ]),
         };
         metrics.register_with("function_controller", |r| {
             r.register(
@@ -66,6 +77,21 @@ impl ControllerMetrics {
                 "api_writes",
                 "Writes to the API server, by kind and operation",
                 this.writes.clone(),
+            );
+            r.register(
+                "scaled_to_zero",
+                "Functions scaled to zero after idling",
+                this.scaled_to_zero.clone(),
+            );
+            r.register(
+                "wakes",
+                "Functions woken from zero by a call or an event",
+                this.wakes.clone(),
+            );
+            r.register(
+                "wake_duration_seconds",
+                "Time from a wake decision to the function's first ready replica",
+                this.wake_duration.clone(),
             );
         });
         this

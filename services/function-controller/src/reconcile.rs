@@ -27,6 +27,7 @@ use kubeless_api::{
     Condition, Function, FunctionSpec, FunctionStatus,
     conditions::{READY, find_condition, reasons, set_condition},
     labels::{FUNCTION, FUNCTION_FINALIZER},
+    scale::{SCALED_TO_ZERO, ScaleToZero},
 };
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -35,6 +36,7 @@ use crate::config::ControllerConfig;
 use crate::diagnose::{self, Failure};
 use crate::error::Error;
 use crate::metrics::ControllerMetrics;
+use crate::scale;
 
 /// The one field manager of every write.
 pub const FIELD_MANAGER: &str = "kubeless-function-controller";
@@ -78,6 +80,8 @@ pub struct Context {
     pub backoff: kubeless_service::Backoff,
     /// Cancelled when the controller stops (or restarts its watches).
     pub stopping: tokio_util::sync::CancellationToken,
+    /// Functions woken from zero and not ready yet, with when (for the wake-time metric).
+    pub waking: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
 }
 
 impl Context {
@@ -231,22 +235,31 @@ pub fn error_policy(f: Arc<DeserializeGuard<Function>>, err: &Error, ctx: Arc<Co
 
 async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
     let cfg = ctx.config();
-    let desired = match builders::build(f, &cfg) {
+    let built = ScaleToZero::effective(f.spec.scale_to_zero.as_ref(), cfg.scale_to_zero)
+        .map_err(|e| builders::BuildError::InvalidSpec {
+            field: "scaleToZero",
+            message: e.to_string(),
+        })
+        .and_then(|effective| Ok((effective, builders::build(f, &cfg)?)));
+    let (effective, desired) = match built {
         Ok(d) => d,
         Err(e) => {
             // A spec problem is the user's to fix: report it, do not retry in a loop.
             ctx.metrics.error(e.reason());
             let cond = Condition::not_ready(e.reason(), e.to_string());
-            write_status(f, ctx, cond, None).await?;
+            write_status(f, ctx, cond, None, None).await?;
             return Ok(Action::await_change());
         }
     };
+    let decision = scale::decide(f, effective, k8s_openapi::jiff::Timestamp::now());
+    let min_replicas = effective.and_then(|e| e.min_replicas);
+    let desired = builders::with_scale(desired, decision.at_zero, min_replicas);
     if let Err(e) = apply_children(f, ctx, &desired).await {
         // What the server refused (invalid child, quota, admission webhook, conflict) is shown
         // on the Function with the server's own message; the error then backs off.
         if let Some(message) = e.refusal_message() {
             let cond = Condition::not_ready(reasons::APPLY_FAILED, message);
-            if let Err(status_err) = write_status(f, ctx, cond, None).await {
+            if let Err(status_err) = write_status(f, ctx, cond, None, None).await {
                 tracing::warn!(error = %status_err, "recording the refused write failed");
             }
         }
@@ -257,11 +270,49 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
     let name = f.name_any();
     let key = ObjectRef::<Deployment>::new(&name).within(&ns);
     let dep = ctx.stores.deployments.get(&key);
+    if desired.hpa.is_some() {
+        let running = dep
+            .as_deref()
+            .and_then(|d| d.status.as_ref())
+            .and_then(|s| s.replicas);
+        let wanted = if decision.at_zero {
+            // Also after a restart that found the Deployment still running.
+            (running.unwrap_or(0) > 0 || decision.transition.is_some()).then_some(0)
+        } else {
+            decision
+                .transition
+                .is_some()
+                .then(|| builders::wake_replicas(&desired, min_replicas))
+        };
+        if let Some(n) = wanted {
+            set_replicas(ctx, &ns, &name, n).await?;
+        }
+    }
     let (replicas, ready_replicas, ready) = dep
         .as_deref()
         .map(diagnose::deployment_readiness)
         .unwrap_or((0, 0, false));
-    let cond = if ready {
+    let waking_key = (ns.clone(), name.clone());
+    if ready_replicas > 0 && !decision.at_zero {
+        let woke = ctx
+            .waking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&waking_key);
+        if let Some(t) = woke {
+            ctx.metrics.wake_duration.observe(t.elapsed().as_secs_f64());
+        }
+    }
+    let cond = if decision.at_zero {
+        Condition::ready(
+            reasons::SCALED_TO_ZERO,
+            decision
+                .condition
+                .as_ref()
+                .and_then(|c| c.message.clone())
+                .unwrap_or_default(),
+        )
+    } else if ready {
         Condition::ready(
             reasons::RECONCILED,
             format!("{ready_replicas}/{replicas} replicas ready"),
@@ -281,12 +332,74 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         url: desired.url.clone(),
         image: desired.image.clone(),
     };
-    write_status(f, ctx, cond, Some(extra)).await?;
-    Ok(Action::requeue(if ready {
+    write_status(f, ctx, cond, Some(extra), Some(&decision)).await?;
+    if let Some(t) = &decision.transition {
+        report_transition(ctx, f, t, waking_key).await;
+    }
+    let resync = if ready || decision.at_zero {
         READY_RESYNC
     } else {
         PENDING_RESYNC
-    }))
+    };
+    Ok(Action::requeue(
+        decision.recheck.map_or(resync, |r| r.min(resync)),
+    ))
+}
+
+/// Moves the replica count of a Deployment an HPA manages, through its scale subresource (as
+/// the HPA itself does): to zero when idle, back when woken. At zero replicas the HPA stands
+/// aside (ScalingActive=False) until the count is above zero again.
+async fn set_replicas(ctx: &Context, ns: &str, name: &str, replicas: i32) -> Result<(), Error> {
+    let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.write("Deployment/scale", "patch");
+    let patch = serde_json::json!({"spec": {"replicas": replicas}});
+    api.patch_scale(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Apply {
+            kind: "Deployment/scale",
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// The Event and metric of a scale-to-zero transition.
+async fn report_transition(
+    ctx: &Context,
+    f: &Function,
+    t: &scale::Transition,
+    key: (String, String),
+) {
+    let (reason, note) = match t {
+        scale::Transition::ScaledDown { idle_after } => {
+            ctx.metrics.scaled_to_zero.inc();
+            (
+                kubeless_api::scale::reasons::IDLE,
+                format!(
+                    "scaled to zero after {} without calls or events",
+                    scale::humanize(*idle_after)
+                ),
+            )
+        }
+        scale::Transition::Woken => {
+            ctx.metrics.wakes.inc();
+            ctx.waking
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key, Instant::now());
+            (
+                kubeless_api::scale::reasons::WOKEN,
+                "a call or an event is waiting: scaling up from zero".to_string(),
+            )
+        }
+        scale::Transition::Disabled => (
+            kubeless_api::scale::reasons::WOKEN,
+            "scale to zero was switched off: scaling up from zero".to_string(),
+        ),
+    };
+    tracing::info!(reason, note, "scale to zero");
+    publish(ctx, f, EventType::Normal, reason, &note).await;
 }
 
 /// Applies each child whose applied hash differs from the desired one, and removes an HPA
@@ -505,6 +618,7 @@ async fn write_status(
     ctx: &Context,
     cond: Condition,
     extra: Option<StatusExtra>,
+    scale: Option<&scale::Decision>,
 ) -> Result<(), Error> {
     let old = f.status.clone().unwrap_or_default();
     let mut new = old.clone();
@@ -519,6 +633,15 @@ async fn write_status(
     });
     set_condition(&mut new.conditions, cond.with_generation(generation));
     new.observed_generation = generation;
+    if let Some(d) = scale {
+        match &d.condition {
+            Some(c) => {
+                set_condition(&mut new.conditions, c.clone().with_generation(generation));
+            }
+            None => new.conditions.retain(|c| c.type_ != SCALED_TO_ZERO),
+        }
+        new.last_activity.clone_from(&d.last_activity);
+    }
     match extra {
         Some(x) => {
             new.replicas = x.replicas;
@@ -546,7 +669,7 @@ async fn write_status(
             })?;
     }
     if let Some((reason, note)) = event {
-        publish_warning(ctx, f, &reason, &note).await;
+        publish(ctx, f, EventType::Warning, &reason, &note).await;
     }
     Ok(())
 }
@@ -556,9 +679,9 @@ struct StatusPatch<'a> {
     status: &'a FunctionStatus,
 }
 
-async fn publish_warning(ctx: &Context, f: &Function, reason: &str, note: &str) {
+async fn publish(ctx: &Context, f: &Function, type_: EventType, reason: &str, note: &str) {
     let ev = KubeEvent {
-        type_: EventType::Warning,
+        type_,
         reason: reason.to_string(),
         note: Some(note.chars().take(1000).collect()),
         action: "Reconcile".into(),

@@ -3,6 +3,7 @@
 //! wait for the broker's acknowledgement) or, without one, skip it loudly. Only then is the
 //! record "done" and its offset may be committed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubeless_invoke::Invoker;
@@ -43,6 +44,8 @@ pub struct Deliverer {
     /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None` in tests without
     /// an API server.
     pub events: Option<ThrottledEvents>,
+    /// Scale to zero: traffic records and wake-ups; `None` in benches.
+    pub activity: Option<Arc<kubeless_invoke::Activity>>,
 }
 
 /// `record <topic>/<partition>@<offset>`, how logs and Events name a record (formatted only
@@ -77,6 +80,7 @@ impl Deliverer {
             dead_letter_noun: "topic",
             regarding: self.events.as_ref().map(|e| (e, &spec.regarding)),
             max_wait: self.max_wait,
+            activity: self.activity.as_ref(),
         };
         let done = delivery
             .deliver(&event, &At(record), cancel, |topic, outcome| {

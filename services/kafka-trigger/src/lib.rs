@@ -86,6 +86,8 @@ pub struct TriggerArgs {
     pub backoff_interval: Option<String>,
     #[command(flatten)]
     pub resolution: ResolutionArgs,
+    #[command(flatten)]
+    pub activity: kubeless_trigger::ActivityArgs,
 }
 
 impl Cli {
@@ -116,6 +118,8 @@ pub struct Settings {
     pub resolver: Resolution,
     /// Lease picking the status writer (several replicas); `None`: this process writes.
     pub lease: Option<LeaseConfig>,
+    /// Scale to zero: how often a running function's activity is written at most.
+    pub activity_interval: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +151,7 @@ impl Settings {
             lag_interval_seconds,
             backoff_interval,
             resolution,
+            activity,
         } = args;
         let max_backoff = backoff_interval
             .as_deref()
@@ -170,6 +175,7 @@ impl Settings {
             },
             resolver: resolution.resolution(),
             lease,
+            activity_interval: activity.activity_interval,
         })
     }
 }
@@ -235,6 +241,11 @@ pub async fn run(
     );
     let changed = Arc::new(Notify::new());
     let health = Arc::new(HealthMap::new(Arc::clone(&changed)));
+    let control = kubeless_trigger::TriggerMetrics::register_control(metrics, metrics::METRICS);
+    let activity = kubeless_trigger::ActivityArgs {
+        activity_interval: settings.activity_interval,
+    }
+    .activity(&client, control.wakes.clone());
     let shared = Arc::new(consumer::Shared {
         brokers: settings.brokers.clone(),
         deliverer: Arc::new(deliver::Deliverer {
@@ -245,6 +256,7 @@ pub async fn run(
                 &client,
                 FIELD_MANAGER,
             )),
+            activity: Some(Arc::clone(&activity)),
         }),
         in_flight: Arc::new(tokio::sync::Semaphore::new(settings.max_in_flight)),
         metrics: metrics::TriggerMetrics::register(metrics),
@@ -266,8 +278,9 @@ pub async fn run(
             resync: Duration::from_secs(30),
             lease: settings.lease,
             changed,
+            activity: Some(activity),
         },
-        kubeless_trigger::TriggerMetrics::register_control(metrics, metrics::METRICS),
+        control,
         metrics,
         token,
     )

@@ -149,7 +149,8 @@ impl Deliverer {
             &shared.runtime_metrics,
             &to,
         )
-        .with_max_wait(shared.timing.max_backoff);
+        .with_max_wait(shared.timing.max_backoff)
+        .with_activity(shared.activity.clone());
         Self {
             kinesis,
             config,

@@ -50,6 +50,8 @@ pub enum Error {
 pub struct TriggerArgs {
     #[command(flatten)]
     pub resolution: ResolutionArgs,
+    #[command(flatten)]
+    pub activity: kubeless_trigger::ActivityArgs,
     /// Seconds between full recomputations (retries status writes; watch events trigger one
     /// at once).
     #[arg(
@@ -160,6 +162,8 @@ pub struct Settings {
     pub timing: Timing,
     /// `Some`: replicas share shards through a Lease per shard (instead of one active replica).
     pub shard_leases: Option<leases::ShardLeaseSettings>,
+    /// Scale to zero: how often a running function's activity is written at most.
+    pub activity_interval: Duration,
 }
 
 impl Settings {
@@ -171,6 +175,7 @@ impl Settings {
             resync: Duration::from_secs(30),
             timing: Timing::default(),
             shard_leases: None,
+            activity_interval: Duration::from_secs(10),
         }
     }
 }
@@ -180,6 +185,7 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
     let timing = args.timing();
     let TriggerArgs {
         resolution,
+        activity,
         resync_seconds,
         poll_interval_ms: _,
         idle_poll_interval_ms: _,
@@ -209,6 +215,7 @@ pub async fn serve(ctx: kubeless_service::Context, args: TriggerArgs) -> Result<
         resync: Duration::from_secs(resync_seconds.max(1)),
         timing,
         shard_leases,
+        activity_interval: activity.activity_interval,
     };
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone());
     running.ready_on(ctx.readiness.clone());
@@ -228,6 +235,10 @@ pub fn run(
         .resolution
         .build(&client, settings.namespace.as_deref());
     let runtime_metrics = kubeless_trigger::TriggerMetrics::register(metrics, metrics::METRICS);
+    let activity = kubeless_trigger::ActivityArgs {
+        activity_interval: settings.activity_interval,
+    }
+    .activity(&client, runtime_metrics.wakes.clone());
     let source = reconciler::KinesisSource {
         shared: trigger::Shared {
             events: kubeless_trigger::controller::throttled_events(
@@ -240,6 +251,7 @@ pub fn run(
             runtime_metrics: runtime_metrics.clone(),
             timing: settings.timing,
             shard_leases: settings.shard_leases,
+            activity: Some(std::sync::Arc::clone(&activity)),
         },
     };
     kubeless_trigger::run(
@@ -251,6 +263,7 @@ pub fn run(
             // One active replica (the scaffold's election) or shard leases: every replica
             // that runs writes status.
             lease: None,
+            activity: Some(activity),
             ..kubeless_trigger::Settings::new()
         },
         runtime_metrics,

@@ -58,6 +58,8 @@ pub struct Shared {
     pub shard_leases: Option<ShardLeaseSettings>,
     /// Delivery failures and dead letters as Warning Events on the trigger.
     pub events: kubeless_service::ThrottledEvents,
+    /// Scale to zero: traffic records and wake-ups (`None` in benches).
+    pub activity: Option<Arc<kubeless_invoke::Activity>>,
 }
 
 /// Starts a trigger's reader as a unit of the control loop. Stopping it stops the shard

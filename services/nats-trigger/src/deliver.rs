@@ -2,7 +2,7 @@
 //! ack/nak, or dead-letter.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_nats::HeaderMap as NatsHeaders;
 use async_nats::jetstream::AckKind;
@@ -10,12 +10,16 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use kubeless_api::NatsTrigger;
 use kubeless_api::conditions::reasons;
-use kubeless_invoke::{Class, Event, Invoker, Outcome, RetryPolicy};
+use kubeless_invoke::{Activity, Class, Event, Invoker, Outcome, RetryPolicy};
 use kubeless_service::ThrottledEvents;
 
 use crate::plan::{SubscriptionConfig, SubscriptionKey};
 use kubeless_trigger::PairMetrics;
 use kubeless_trigger::deliver::last_answer;
+
+/// How often a held message reports progress (JetStream ack waits are at least a second, and
+/// 30 s by default).
+const HOLD_STEP: Duration = Duration::from_secs(5);
 
 /// `event-namespace` of every event this service sends (Kubeless's value).
 pub const EVENT_NAMESPACE: &str = "natstriggers.kubeless.io";
@@ -65,6 +69,8 @@ pub struct Deliverer {
     retry: RetryPolicy,
     /// Warning Events on the trigger (DeliveryFailed, DeadLettered); `None`: none published.
     events: Option<ThrottledEvents>,
+    /// Scale to zero: traffic records, and holding messages for a function being woken.
+    activity: Option<Arc<Activity>>,
 }
 
 impl Deliverer {
@@ -84,6 +90,37 @@ impl Deliverer {
             metrics,
             retry,
             events: None,
+            activity: None,
+        }
+    }
+
+    /// Records traffic and holds messages while the function scales up from zero.
+    pub fn with_activity(mut self, activity: Arc<Activity>) -> Self {
+        self.activity = Some(activity);
+        self
+    }
+
+    /// Waits while the function is at zero or waking (it has scale to zero on and no ready
+    /// replica), at most `limit`; `progress` is called every few seconds meanwhile (a
+    /// JetStream message reports progress, so its ack wait does not run out). Attempts are not
+    /// spent while holding.
+    async fn hold<F, Fut>(&self, limit: Option<Duration>, mut progress: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let Some(a) = &self.activity else { return };
+        let (ns, name) = (&self.config.target.namespace, &self.config.target.name);
+        let started = Instant::now();
+        while a.note(ns, name) {
+            let step =
+                HOLD_STEP.min(limit.map_or(HOLD_STEP, |l| l.saturating_sub(started.elapsed())));
+            if step.is_zero() {
+                return;
+            }
+            if a.wait_ready(ns, name, step).await.is_err() {
+                progress().await;
+            }
         }
     }
 
@@ -134,6 +171,9 @@ impl Deliverer {
     pub async fn core(&self, msg: async_nats::Message) {
         let started = Instant::now();
         self.metrics.in_flight.inc();
+        // A request's caller waits at most about the function's timeout.
+        let limit = msg.reply.is_some().then_some(self.config.target.timeout);
+        self.hold(limit, || async {}).await;
         let event = build_event(
             &msg.subject,
             msg.headers.as_ref(),
@@ -209,6 +249,12 @@ impl Deliverer {
             msg.payload.clone(),
             event_id,
         );
+        self.hold(None, || async {
+            if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                tracing::debug!(subscription = %self.key, error = %e, "reporting progress while the function wakes");
+            }
+        })
+        .await;
         let ack = if delivered > max {
             // The process died during the last attempt: do not call again, dead-letter it.
             let outcome = Outcome {

@@ -85,6 +85,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Lease gating status writes.
     pub lease: Option<LeaseConfig>,
+    /// Scale to zero: how often a running function's activity is written at most.
+    pub activity_interval: Duration,
 }
 
 impl Settings {
@@ -96,6 +98,7 @@ impl Settings {
             drain_timeout: Duration::from_secs(5),
             resync: Duration::from_secs(30),
             lease: None,
+            activity_interval: Duration::from_secs(10),
         }
     }
 }
@@ -121,6 +124,7 @@ pub async fn serve(
         drain_timeout: common.drain_timeout(),
         resync: common.resync(),
         lease,
+        activity_interval: common.activity.activity_interval,
     };
     let running = run(
         client,
@@ -153,12 +157,18 @@ pub fn run(
     let (resolver, endpoint_watch) = settings
         .resolution
         .build(&client, settings.namespace.as_deref());
+    let trigger_metrics = kubeless_trigger::TriggerMetrics::register(metrics, reconciler::METRICS);
+    let activity = kubeless_trigger::ActivityArgs {
+        activity_interval: settings.activity_interval,
+    }
+    .activity(&client, trigger_metrics.wakes.clone());
     let source = reconciler::NatsSource {
         events: kubeless_trigger::controller::throttled_events(&client, reconciler::FIELD_MANAGER),
         nats,
         invoker: Invoker::new(resolver),
-        metrics: kubeless_trigger::TriggerMetrics::register(metrics, reconciler::METRICS),
+        metrics: trigger_metrics,
         drain_timeout: settings.drain_timeout,
+        activity: std::sync::Arc::clone(&activity),
     };
     let units = source.metrics.clone();
     kubeless_trigger::run(
@@ -168,6 +178,7 @@ pub fn run(
             namespace: settings.namespace,
             resync: settings.resync,
             lease: settings.lease,
+            activity: Some(activity),
             ..kubeless_trigger::Settings::new()
         },
         units,

@@ -31,6 +31,8 @@ pub struct NatsSource {
     /// Delivery failures and dead letters: every replica reports what it delivered.
     pub events: ThrottledEvents,
     pub drain_timeout: Duration,
+    /// Scale to zero: traffic records and wake-ups.
+    pub activity: Arc<kubeless_invoke::Activity>,
 }
 
 impl kubeless_trigger::Source for NatsSource {
@@ -63,7 +65,8 @@ impl kubeless_trigger::Source for NatsSource {
             self.nats.clone(),
             self.metrics.pair(&trigger, &key.function),
         )
-        .with_events(self.events.clone());
+        .with_events(self.events.clone())
+        .with_activity(Arc::clone(&self.activity));
         crate::subscription::spawn(ctx, deliverer, self.drain_timeout)
     }
 

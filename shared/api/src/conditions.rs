@@ -21,6 +21,9 @@ pub mod reasons {
     pub const RECONCILED: &str = "Reconciled";
     /// Children exist but are not ready yet (e.g. the Deployment is rolling out).
     pub const PROGRESSING: &str = "Progressing";
+    /// Ready reason of a function scaled to zero: it has no replica, and the next call or
+    /// event wakes it (see [`crate::scale`]).
+    pub const SCALED_TO_ZERO: &str = "ScaledToZero";
     /// `.spec.runtime` is not in the runtime catalogue.
     pub const UNKNOWN_RUNTIME: &str = "UnknownRuntime";
     /// A field cannot be interpreted (timeout, handler, content type, template...).

@@ -27,10 +27,24 @@ use kubeless_api::{
 };
 use tokio::sync::watch;
 
+/// Sets a Function's `kubeless.io/last-activity` to `value` (RFC 3339; a future time announces
+/// traffic to come: the function-controller keeps the function up until then plus its idle
+/// period, and wakes it now if it is at zero).
+pub async fn write_activity(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    value: &str,
+) -> Result<(), kube::Error> {
+    let api: Api<Function> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({"metadata": {"annotations": {LAST_ACTIVITY: value}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}
+
 /// Default interval between two activity writes for a running function.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-
-type Key = (String, String);
 
 struct Entry {
     state: ScaleState,
@@ -54,12 +68,16 @@ impl Entry {
     }
 }
 
+/// Called with (namespace, name) when a wake-up was written.
+type WakeHook = Box<dyn Fn(&str, &str) + Send + Sync>;
+
 /// Records traffic on Functions and wakes those at zero. Cheap to share (`Arc`).
 pub struct Activity {
     client: Option<kube::Client>,
     interval: Duration,
-    entries: Mutex<HashMap<Key, Entry>>,
-    on_wake: Box<dyn Fn(&str, &str) + Send + Sync>,
+    /// namespace -> name -> entry (nested, so lookups by `&str` allocate nothing).
+    entries: Mutex<HashMap<String, HashMap<String, Entry>>>,
+    on_wake: WakeHook,
 }
 
 impl std::fmt::Debug for Activity {
@@ -107,22 +125,36 @@ impl Activity {
         self
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Entry>>> {
         // Every update is a few field writes on one entry: consistent even after a panic.
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn with<R>(&self, namespace: &str, name: &str, f: impl FnOnce(&mut Entry) -> R) -> Option<R> {
+        self.lock()
+            .get_mut(namespace)
+            .and_then(|m| m.get_mut(name))
+            .map(f)
+    }
+
     /// Takes in the current state of a Function (call for every watch event).
     pub fn observe(&self, f: &Function) {
-        let key = (f.namespace().unwrap_or_default(), f.name_any());
+        let mut map = self.lock();
+        Self::observe_locked(&mut map, f);
+    }
+
+    fn observe_locked(map: &mut HashMap<String, HashMap<String, Entry>>, f: &Function) {
         let state = ScaleState::of(f);
         let replicas = f
             .status
             .as_ref()
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0);
-        let mut map = self.lock();
-        let e = map.entry(key).or_insert_with(Entry::new);
+        let e = map
+            .entry(f.namespace().unwrap_or_default())
+            .or_default()
+            .entry(f.name_any())
+            .or_insert_with(Entry::new);
         if state != ScaleState::AtZero {
             e.wake_sent = false;
         }
@@ -133,62 +165,97 @@ impl Activity {
         });
     }
 
+    /// Takes in every current Function at once and forgets the ones no longer there (for
+    /// callers that see a cache rather than watch events).
+    pub fn observe_all<'a>(&self, functions: impl IntoIterator<Item = &'a Function>) {
+        let mut map = self.lock();
+        let mut seen: HashMap<String, std::collections::HashSet<String>> = HashMap::new();
+        for f in functions {
+            Self::observe_locked(&mut map, f);
+            seen.entry(f.namespace().unwrap_or_default())
+                .or_default()
+                .insert(f.name_any());
+        }
+        map.retain(|ns, names| {
+            names.retain(|name, _| seen.get(ns).is_some_and(|s| s.contains(name)));
+            !names.is_empty()
+        });
+    }
+
     /// Forgets a deleted Function.
     pub fn forget(&self, namespace: &str, name: &str) {
-        self.lock()
-            .remove(&(namespace.to_string(), name.to_string()));
+        let mut map = self.lock();
+        if let Some(names) = map.get_mut(namespace) {
+            names.remove(name);
+            if names.is_empty() {
+                map.remove(namespace);
+            }
+        }
     }
 
     /// The function's scale-to-zero state as last observed (`Off` when unknown).
     pub fn state(&self, namespace: &str, name: &str) -> ScaleState {
-        self.lock()
-            .get(&(namespace.to_string(), name.to_string()))
-            .map_or(ScaleState::Off, |e| e.state)
+        self.with(namespace, name, |e| e.state)
+            .unwrap_or(ScaleState::Off)
     }
 
     /// Whether the function has a ready replica and is not at zero, as last observed.
     pub fn is_ready(&self, namespace: &str, name: &str) -> bool {
-        self.lock()
-            .get(&(namespace.to_string(), name.to_string()))
-            .is_some_and(|e| *e.ready.borrow())
+        self.with(namespace, name, |e| *e.ready.borrow())
+            .unwrap_or(false)
+    }
+
+    /// [`record`](Self::record), and whether the caller should hold its call (scale to zero is
+    /// on and no replica is ready): then [`wait_ready`](Self::wait_ready). One lookup.
+    pub fn note(self: &Arc<Self>, namespace: &str, name: &str) -> bool {
+        let Some((hold, wake)) = self.with(namespace, name, |e| {
+            let hold = e.state != ScaleState::Off && !*e.ready.borrow();
+            (hold, self.due(e))
+        }) else {
+            return false;
+        };
+        if let Some(wake) = wake {
+            self.write(namespace, name, wake);
+        }
+        hold
     }
 
     /// Notes a call or event for the function: writes the activity annotation when due, and
     /// at once when the function is at zero. Never waits; the write runs in the background.
     pub fn record(self: &Arc<Self>, namespace: &str, name: &str) {
-        let Some(client) = &self.client else { return };
-        let wake = {
-            let mut map = self.lock();
-            let Some(e) = map.get_mut(&(namespace.to_string(), name.to_string())) else {
-                return;
-            };
-            if e.writing {
-                return;
-            }
-            let wake = match e.state {
-                ScaleState::Off => return,
-                ScaleState::AtZero if e.wake_sent => return,
-                ScaleState::AtZero => true,
-                ScaleState::Active => {
-                    if e.last_write.is_some_and(|t| t.elapsed() < self.interval) {
-                        return;
-                    }
-                    false
+        if let Some(Some(wake)) = self.with(namespace, name, |e| self.due(e)) {
+            self.write(namespace, name, wake);
+        }
+    }
+
+    /// Whether a write is due for the entry (`Some(is_wake)`), marking it in progress.
+    fn due(&self, e: &mut Entry) -> Option<bool> {
+        if self.client.is_none() || e.writing {
+            return None;
+        }
+        let wake = match e.state {
+            ScaleState::Off => return None,
+            ScaleState::AtZero if e.wake_sent => return None,
+            ScaleState::AtZero => true,
+            ScaleState::Active => {
+                if e.last_write.is_some_and(|t| t.elapsed() < self.interval) {
+                    return None;
                 }
-            };
-            e.writing = true;
-            wake
+                false
+            }
+        };
+        e.writing = true;
+        Some(wake)
+    }
+
+    fn write(self: &Arc<Self>, namespace: &str, name: &str, wake: bool) {
+        let Some(client) = self.client.clone() else {
+            return;
         };
         let this = Arc::clone(self);
-        let client = client.clone();
         let (ns, name) = (namespace.to_string(), name.to_string());
         tokio::spawn(async move {
-            let api: Api<Function> = Api::namespaced(client, &ns);
-            let patch =
-                serde_json::json!({"metadata": {"annotations": {LAST_ACTIVITY: activity_now()}}});
-            let result = api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
+            let result = write_activity(&client, &ns, &name, &activity_now()).await;
             let ok = result.is_ok();
             if let Err(e) = result {
                 tracing::warn!(namespace = ns, function = name, error = %e, wake, "recording function activity failed");
@@ -200,8 +267,7 @@ impl Activity {
                 );
                 (this.on_wake)(&ns, &name);
             }
-            let mut map = this.lock();
-            if let Some(e) = map.get_mut(&(ns, name)) {
+            this.with(&ns, &name, |e| {
                 e.writing = false;
                 if ok {
                     e.last_write = Some(Instant::now());
@@ -209,7 +275,7 @@ impl Activity {
                         e.wake_sent = true;
                     }
                 }
-            }
+            });
         });
     }
 
@@ -222,12 +288,11 @@ impl Activity {
         name: &str,
         timeout: Duration,
     ) -> Result<(), WaitError> {
-        let mut rx = {
-            let map = self.lock();
-            match map.get(&(namespace.to_string(), name.to_string())) {
-                Some(e) if e.state != ScaleState::Off => e.ready.subscribe(),
-                _ => return Ok(()),
-            }
+        let rx = self.with(namespace, name, |e| {
+            (e.state != ScaleState::Off).then(|| e.ready.subscribe())
+        });
+        let Some(Some(mut rx)) = rx else {
+            return Ok(());
         };
         if *rx.borrow_and_update() {
             return Ok(());

@@ -307,6 +307,9 @@ pub struct Settings {
     /// Wakes the loop for a new pass; units get it in [`UnitContext::changed`]. Pass your
     /// own when parts of the source outside units report changes.
     pub changed: Arc<Notify>,
+    /// Fed every Function on each pass, so deliveries can hold for (and wake) functions that
+    /// scale to zero.
+    pub activity: Option<Arc<kubeless_invoke::Activity>>,
 }
 
 impl Settings {
@@ -317,6 +320,7 @@ impl Settings {
             resync: Duration::from_secs(30),
             lease: None,
             changed: Arc::new(Notify::new()),
+            activity: None,
         }
     }
 }
@@ -439,6 +443,7 @@ pub fn run<S: Source>(
         leader,
         metrics,
         active: Arc::clone(&active),
+        activity: settings.activity,
     };
     let main = tokio::spawn(async move {
         looped
@@ -465,6 +470,7 @@ struct Loop<S: Source> {
     leader: Option<watch::Receiver<bool>>,
     metrics: TriggerMetrics,
     active: Arc<AtomicUsize>,
+    activity: Option<Arc<kubeless_invoke::Activity>>,
 }
 
 struct RunningUnit<S: Source> {
@@ -509,7 +515,11 @@ impl<S: Source> Loop<S> {
         let mut synced = Some(synced);
         loop {
             let trigger_state = triggers.state();
-            let desired = self.source.plan(&trigger_state, &functions.state());
+            let function_state = functions.state();
+            if let Some(a) = &self.activity {
+                a.observe_all(function_state.iter().map(Arc::as_ref));
+            }
+            let desired = self.source.plan(&trigger_state, &function_state);
             self.apply(desired.units, &mut running, &mut stopping, &ctx)
                 .await;
             self.metrics.units.set(running.len() as i64);

@@ -5,13 +5,15 @@
 //! so a failed event is never lost in between.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kubeless_api::DeliveryPolicy;
 use kubeless_api::conditions::reasons;
 use kubeless_invoke::{
-    Event, FunctionTarget, InvokeError, Invoker, Jitter, Outcome, ResolveError, RetryPolicy,
+    Activity, Event, FunctionTarget, InvokeError, Invoker, Jitter, Outcome, ResolveError,
+    RetryPolicy,
 };
 use kubeless_service::ThrottledEvents;
 use tokio_util::sync::CancellationToken;
@@ -89,6 +91,9 @@ pub struct Delivery<'a> {
     pub regarding: Option<(&'a ThrottledEvents, &'a ObjectReference)>,
     /// Ceiling of the wait between "function unavailable" rounds and dead-letter attempts.
     pub max_wait: Duration,
+    /// Functions that scale to zero: traffic is recorded, and an event for a function with no
+    /// ready replica waits for it (waking it) without spending attempts. `None`: benches.
+    pub activity: Option<&'a Arc<Activity>>,
 }
 
 /// Why an event goes to the dead letters, for the broker's dead-letter record.
@@ -128,6 +133,18 @@ impl Delivery<'_> {
         let mut retries = 0u64;
         let mut unavailable_rounds = 0u32;
         let outcome = loop {
+            if let Some(a) = self.activity {
+                let (ns, name) = (&self.target.namespace, &self.target.name);
+                if a.note(ns, name) {
+                    // At zero or waking: hold, without spending attempts, until a replica is
+                    // ready (the wait renews the wake-up), then go round again.
+                    tokio::select! {
+                        _ = a.wait_ready(ns, name, self.max_wait) => {}
+                        _ = cancel.cancelled() => return None,
+                    }
+                    continue;
+                }
+            }
             let o = tokio::select! {
                 o = self.invoker.invoke_with_retry(self.target, event, self.policy) => o,
                 _ = cancel.cancelled() => return None,
@@ -262,17 +279,20 @@ pub struct PairDelivery {
     invoker: Invoker,
     events: ThrottledEvents,
     max_wait: Duration,
+    activity: Option<Arc<Activity>>,
 }
 
 impl PairDelivery {
     /// From the parts [`serve`](crate::serve) gives a source.
     pub fn new(parts: &Parts, to: &Destination) -> Self {
-        Self::with(
+        let mut d = Self::with(
             parts.invoker.clone(),
             parts.events.clone(),
             &parts.metrics,
             to,
-        )
+        );
+        d.activity = Some(Arc::clone(&parts.activity));
+        d
     }
 
     /// From an invoker, Events and metrics of the service's own making.
@@ -291,7 +311,14 @@ impl PairDelivery {
             invoker,
             events,
             max_wait: Duration::from_secs(30),
+            activity: None,
         }
+    }
+
+    /// Records traffic and holds events for functions that scale to zero (`None`: never).
+    pub fn with_activity(mut self, activity: Option<Arc<Activity>>) -> Self {
+        self.activity = activity;
+        self
     }
 
     /// Caps the wait between "function unavailable" rounds and dead-letter attempts (30 s).
@@ -323,6 +350,7 @@ impl PairDelivery {
             dead_letter_noun: noun,
             regarding: Some((&self.events, &self.to.trigger)),
             max_wait: self.max_wait,
+            activity: self.activity.as_ref(),
         };
         let (started, pair) = (Instant::now(), &self.metrics);
         pair.in_flight.inc();

@@ -54,6 +54,8 @@ pub struct TriggerMetrics {
     pub units: Gauge,
     /// Status writes by result (`ok`, `error`).
     status_writes: Family<[(&'static str, &'static str); 1], Counter>,
+    /// Wake-ups this trigger wrote for functions scaled to zero.
+    pub wakes: Counter,
 }
 
 impl TriggerMetrics {
@@ -82,6 +84,11 @@ impl TriggerMetrics {
                 format!("{} status patches by result", names.kind),
                 m.status_writes.clone(),
             );
+            r.register(
+                "function_wakes",
+                "Wake-ups written for functions scaled to zero that had events waiting",
+                m.wakes.clone(),
+            );
         });
         m
     }
@@ -97,6 +104,11 @@ impl TriggerMetrics {
                 format!("{} status patches by result", names.kind),
                 m.status_writes.clone(),
             );
+            r.register(
+                "function_wakes",
+                "Wake-ups written for functions scaled to zero that had events waiting",
+                m.wakes.clone(),
+            );
         });
         m
     }
@@ -109,6 +121,7 @@ impl TriggerMetrics {
             in_flight: Family::default(),
             units: Gauge::default(),
             status_writes: Family::default(),
+            wakes: Counter::default(),
         }
     }
 

@@ -3,9 +3,10 @@
 //! kubeless-service scaffold (client, endpoint resolver, metrics, readiness once the caches
 //! synced, drain on shutdown).
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kubeless_invoke::Invoker;
+use kubeless_invoke::{Activity, Invoker};
 use kubeless_service::{Context, LeaseConfig, ThrottledEvents};
 
 use crate::controller::{self, Settings, Source};
@@ -34,6 +35,42 @@ pub struct TriggerArgs {
         default_value_t = 30
     )]
     pub resync_seconds: u64,
+    #[command(flatten)]
+    pub activity: ActivityArgs,
+}
+
+/// How a service that calls functions records their traffic for scale to zero.
+#[derive(Debug, Clone, clap::Args)]
+#[group(id = "kubeless-activity-args")]
+pub struct ActivityArgs {
+    /// Shortest time between two writes of a function's `kubeless.io/last-activity` while it
+    /// runs (functions with scale to zero only; a function at zero is woken at once).
+    #[arg(
+        long = "activity-interval",
+        env = "KUBELESS_ACTIVITY_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval
+    )]
+    pub activity_interval: Duration,
+}
+
+impl ActivityArgs {
+    /// The recorder, writing through `client`, counting wake-ups in `wakes`.
+    pub fn activity(
+        &self,
+        client: &kube::Client,
+        wakes: prometheus_client::metrics::counter::Counter,
+    ) -> Arc<Activity> {
+        Arc::new(
+            Activity::new(client.clone(), self.activity_interval).on_wake(move |_, _| {
+                wakes.inc();
+            }),
+        )
+    }
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    kubeless_api::delivery::parse_duration("--activity-interval", s).map_err(|e| e.to_string())
 }
 
 impl TriggerArgs {
@@ -58,6 +95,8 @@ pub struct Parts {
     pub pod: String,
     /// How long a stopping unit waits for the events in flight.
     pub drain_timeout: Duration,
+    /// Traffic records and wake-ups of functions that scale to zero (fed by the control loop).
+    pub activity: Arc<Activity>,
 }
 
 /// This pod's name: `POD_NAME`, else `HOSTNAME`, else `fallback`.
@@ -89,17 +128,20 @@ pub async fn serve<S: Source>(
         .resolution()
         .build(&client, namespace.as_deref());
     let metrics = TriggerMetrics::register(&ctx.metrics, names);
+    let activity = args.activity.activity(&client, metrics.wakes.clone());
     let source = source(Parts {
         invoker: Invoker::new(resolver),
         events: controller::throttled_events(&client, &format!("kubeless-{}", ctx.name)),
         metrics: metrics.clone(),
         pod: pod_name(&ctx.name),
         drain_timeout: args.drain_timeout(),
+        activity: Arc::clone(&activity),
     });
     let settings = Settings {
         namespace,
         resync: args.resync(),
         lease,
+        activity: Some(activity),
         ..Settings::new()
     };
     let shutdown = ctx.shutdown.token().clone();

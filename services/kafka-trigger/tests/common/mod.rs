@@ -165,6 +165,7 @@ pub fn settings(broker: &Broker, ordering: kafka_trigger::Ordering) -> kafka_tri
         },
         resolver: kafka_trigger::Resolution::EndpointSlices,
         lease: None,
+        activity_interval: Duration::from_secs(10),
     }
 }
 

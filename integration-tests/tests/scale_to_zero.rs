@@ -1,0 +1,317 @@
+//! Scale to zero end to end on devcluster: a Python and a Node.js function (real runtime pods,
+//! deployed by the function-controller process with `scaleToZero`) idle to zero, then a NATS
+//! message (through the nats-trigger binary) and a Kafka record (through the kafka-trigger
+//! binary, tansu) wake each of them, and each function's log shows every event exactly once.
+//! The triggers hold the events while the functions wake, without spending retries (the
+//! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
+//! to the dead letters, which are not configured).
+//!
+//! Uses the binaries `cargo build --workspace --bins` left in this test's target dir
+//! (scripts/test.sh builds them first), nats-server and tansu (.ci/run installs them).
+#![cfg(test)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use integration_tests::target_debug_dir;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, LogParams, PostParams};
+use kube::{Client, ResourceExt};
+use kubeless_api::{Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
+use kubeless_testkit::{NS, NatsServer, ServiceProcess, Tansu, TestCluster, eventually, report};
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
+
+const PYTHON: &str = r#"
+def handler(event, context):
+    data = event["data"]
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", errors="replace")
+    print("EVENT", data, flush=True)
+    return "ok"
+"#;
+
+const NODE: &str = r#"
+module.exports = {
+  handler: (event, context) => {
+    let data = event.data;
+    if (Buffer.isBuffer(data)) data = data.toString("utf8");
+    if (typeof data !== "string") data = JSON.stringify(data);
+    console.log("EVENT", data);
+    return "ok";
+  },
+};
+"#;
+
+const TOPIC: &str = "wake";
+const SUBJECT: &str = "wake";
+const FUNCTIONS: [&str; 2] = ["py", "node"];
+
+fn function(name: &str, runtime: &str, handler: &str, code: &str) -> Function {
+    serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
+        "metadata": {"name": name, "namespace": NS, "labels": {"wake": "yes"}},
+        "spec": {"runtime": runtime, "handler": handler, "function": code,
+                 "function-content-type": "text", "timeout": "10",
+                 "scaleToZero": {"enabled": true, "idleAfter": "5s"}}
+    }))
+    .unwrap()
+}
+
+fn process_env<'a>(c: &TestCluster, extra: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+    let mut env = vec![
+        ("KUBECONFIG", c.kubeconfig()),
+        ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+        ("KUBELESS_LEADER_ELECT", "false".into()),
+        ("KUBELESS_LOG_LEVEL", "info".into()),
+        ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
+        ("KUBELESS_ACTIVITY_INTERVAL", "1s".into()),
+        ("POD_NAMESPACE", NS.into()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+/// `(at zero, ready replicas)` of a Function.
+async fn scale_state(fns: &Api<Function>, name: &str) -> Option<(bool, i32)> {
+    let status = fns.get(name).await.ok()?.status?;
+    let at_zero = find_condition(&status.conditions, "ScaledToZero")?.is_true();
+    Some((at_zero, status.ready_replicas.unwrap_or(0)))
+}
+
+async fn wait_all_at_zero(fns: &Api<Function>, what: &str) {
+    for name in FUNCTIONS {
+        eventually(
+            &format!("{name} scaled to zero ({what})"),
+            Duration::from_secs(90),
+            || async { (scale_state(fns, name).await? == (true, 0)).then_some(()) },
+        )
+        .await;
+    }
+}
+
+/// `data -> times printed` over the function's current pods.
+async fn function_log(client: &Client, name: &str) -> BTreeMap<String, usize> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let mut seen = BTreeMap::new();
+    let Ok(list) = pods
+        .list(&ListParams::default().labels(&format!("function={name}")))
+        .await
+    else {
+        return seen;
+    };
+    for p in list {
+        let log = pods
+            .logs(&p.name_any(), &LogParams::default())
+            .await
+            .unwrap_or_default();
+        for line in log.lines() {
+            if let Some(data) = line.split("EVENT ").nth(1) {
+                *seen.entry(data.trim().to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    seen
+}
+
+/// Waits until each function printed `data`, then checks it did so exactly once (read again a
+/// second later, before the function can idle away with its log). Returns the time to the
+/// first function that printed it and to the last.
+async fn delivered_once_to_each(client: &Client, data: &str, since: Instant) -> Vec<Duration> {
+    let mut took = Vec::new();
+    for name in FUNCTIONS {
+        eventually(
+            &format!("{name} printed {data}"),
+            Duration::from_secs(120),
+            || async {
+                function_log(client, name)
+                    .await
+                    .contains_key(data)
+                    .then_some(())
+            },
+        )
+        .await;
+        took.push(since.elapsed());
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    for name in FUNCTIONS {
+        let log = function_log(client, name).await;
+        assert_eq!(
+            log.get(data),
+            Some(&1),
+            "{name} must print {data} exactly once: {log:?}"
+        );
+    }
+    took
+}
+
+async fn create_topic(broker: &Tansu) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    for r in admin
+        .create_topics(
+            &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        r.unwrap();
+    }
+}
+
+async fn trigger_ready<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + serde::Serialize,
+{
+    eventually(
+        &format!("trigger {name} Ready"),
+        Duration::from_secs(60),
+        || async {
+            let v: Value = serde_json::to_value(api.get(name).await.ok()?).ok()?;
+            let conditions: Vec<kubeless_api::Condition> =
+                serde_json::from_value(v["status"]["conditions"].clone()).ok()?;
+            is_ready(&conditions).then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
+    for bin in [
+        "function-controller",
+        "nats-trigger",
+        "kafka-trigger",
+        "kubeless-runtime",
+    ] {
+        assert!(
+            target_debug_dir().join(bin).exists(),
+            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
+        );
+    }
+    let nats = NatsServer::start();
+    let broker = Tansu::start();
+    create_topic(&broker).await;
+    let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
+    let _controller = ServiceProcess::start(
+        "function-controller",
+        c.dir.path(),
+        "function-controller",
+        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
+    );
+    let _nats_trigger = ServiceProcess::start(
+        "nats-trigger",
+        c.dir.path(),
+        "nats-trigger",
+        &process_env(
+            &c,
+            &[
+                ("POD_NAME", "nats-trigger-0".into()),
+                ("NATS_URL", nats.url.clone()),
+            ],
+        ),
+    );
+    let _kafka_trigger = ServiceProcess::start(
+        "kafka-trigger",
+        c.dir.path(),
+        "kafka-trigger",
+        &process_env(
+            &c,
+            &[
+                ("POD_NAME", "kafka-trigger-0".into()),
+                ("KAFKA_BROKERS", broker.addr.clone()),
+                ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+            ],
+        ),
+    );
+
+    let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
+    for f in [
+        function("py", "python3.11", "handler.handler", PYTHON),
+        function("node", "nodejs20", "handler.handler", NODE),
+    ] {
+        fns.create(&PostParams::default(), &f).await.unwrap();
+    }
+    for name in FUNCTIONS {
+        eventually(
+            &format!("{name} Ready"),
+            Duration::from_secs(180),
+            || async { (scale_state(&fns, name).await? == (false, 1)).then_some(()) },
+        )
+        .await;
+    }
+    // One attempt only: a delivery tried before the function answered would fail for good.
+    let nats_triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
+    let nt: NatsTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "NATSTrigger",
+        "metadata": {"name": "wake", "namespace": NS},
+        "spec": {"topic": SUBJECT, "functionSelector": {"matchLabels": {"wake": "yes"}},
+                 "retry": {"maxAttempts": 1}}
+    }))
+    .unwrap();
+    nats_triggers
+        .create(&PostParams::default(), &nt)
+        .await
+        .unwrap();
+    let kafka_triggers: Api<KafkaTrigger> = Api::namespaced(c.client.clone(), NS);
+    let kt: KafkaTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "KafkaTrigger",
+        "metadata": {"name": "wake", "namespace": NS},
+        "spec": {"topic": TOPIC, "functionSelector": {"matchLabels": {"wake": "yes"}},
+                 "retry": {"maxAttempts": 1}}
+    }))
+    .unwrap();
+    kafka_triggers
+        .create(&PostParams::default(), &kt)
+        .await
+        .unwrap();
+    trigger_ready(&nats_triggers, "wake").await;
+    trigger_ready(&kafka_triggers, "wake").await;
+
+    // NATS: both functions at zero, one message wakes each and reaches each once.
+    wait_all_at_zero(&fns, "before the NATS message").await;
+    let nats_client = async_nats::connect(&nats.url).await.unwrap();
+    let sent = Instant::now();
+    nats_client.publish(SUBJECT, "nats-1".into()).await.unwrap();
+    nats_client.flush().await.unwrap();
+    let took = delivered_once_to_each(&c.client, "nats-1", sent).await;
+    report!("scale to zero: a NATS message woke py and node, delivered after {took:?}");
+
+    // Kafka: at zero again, one record wakes each and reaches each once.
+    wait_all_at_zero(&fns, "before the Kafka record").await;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &broker.addr)
+        .create()
+        .unwrap();
+    let sent = Instant::now();
+    producer
+        .send(
+            FutureRecord::to(TOPIC).key("k").payload("kafka-1"),
+            Duration::from_secs(30),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let took = delivered_once_to_each(&c.client, "kafka-1", sent).await;
+    report!("scale to zero: a Kafka record woke py and node, delivered after {took:?}");
+
+    // Nothing failed on the way: no DeliveryFailed Event on either trigger.
+    for kind in ["NATSTrigger", "KafkaTrigger"] {
+        let failed =
+            kubeless_service::events::events_about(&c.client, NS, kind, "wake", "DeliveryFailed")
+                .await
+                .unwrap();
+        assert!(failed.is_empty(), "{kind}: {failed:?}");
+    }
+    c.shutdown().await;
+}
