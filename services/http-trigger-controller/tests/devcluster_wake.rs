@@ -22,7 +22,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use kubeless_api::scale::{LAST_ACTIVITY, SCALED_TO_ZERO, reasons};
+use kubeless_api::scale::{SCALED_TO_ZERO, reasons};
 use kubeless_api::{Condition, Function, FunctionStatus, HttpTrigger, HttpTriggerSpec};
 use kubeless_testkit::{NS, RecordingFunction, TestCluster, register_function};
 use serde_json::json;
