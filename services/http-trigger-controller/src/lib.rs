@@ -78,7 +78,7 @@ pub struct ControllerArgs {
         long = "activity-interval",
         env = "KUBELESS_ACTIVITY_INTERVAL",
         default_value = "10s",
-        value_parser = parse_flag_duration
+        value_parser = |s: &str| parse_flag_duration("--activity-interval", s)
     )]
     pub activity_interval: Duration,
     /// Scale to zero: how long the gateway holds a request for a function at zero before it
@@ -87,7 +87,7 @@ pub struct ControllerArgs {
         long = "wake-timeout",
         env = "KUBELESS_WAKE_TIMEOUT",
         default_value = "60s",
-        value_parser = parse_flag_duration
+        value_parser = |s: &str| parse_flag_duration("--wake-timeout", s)
     )]
     pub wake_timeout: Duration,
     /// Scale to zero: most requests held for one function at once; more get 503 at once.
@@ -100,8 +100,8 @@ pub struct ControllerArgs {
 }
 
 /// A flag's Go-style duration (`500ms`, `10s`, `1m30s`).
-fn parse_flag_duration(s: &str) -> Result<Duration, String> {
-    kubeless_api::delivery::parse_duration("duration", s).map_err(|e| e.to_string())
+fn parse_flag_duration(flag: &'static str, s: &str) -> Result<Duration, String> {
+    kubeless_api::delivery::parse_duration(flag, s).map_err(|e| e.to_string())
 }
 
 /// The whole command line.
@@ -351,4 +351,40 @@ async fn run_while_leader(
     }
     election_token.cancel();
     let _ = election.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn scale_to_zero_flags_parse_durations_and_have_defaults() {
+        let cli = Cli::try_parse_from(["http-trigger-controller"]).unwrap();
+        let s = Settings::from_args(cli.controller, None, None);
+        assert_eq!(s.wake, WakeSettings::default());
+        let cli = Cli::try_parse_from([
+            "http-trigger-controller",
+            "--activity-interval",
+            "1m30s",
+            "--wake-timeout",
+            "500ms",
+            "--wake-queue",
+            "3",
+        ])
+        .unwrap();
+        let s = Settings::from_args(cli.controller, None, None);
+        assert_eq!(
+            s.wake,
+            WakeSettings {
+                activity_interval: Duration::from_secs(90),
+                timeout: Duration::from_millis(500),
+                queue: 3,
+            }
+        );
+        let err = Cli::try_parse_from(["http-trigger-controller", "--wake-timeout", "soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--wake-timeout"), "{err}");
+    }
 }
