@@ -6,6 +6,11 @@
 //! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
 //! to the dead letters, which are not configured).
 //!
+//! The cronjob-trigger-controller (scheduler mode, a fire every 15 s) wakes a function at zero
+//! ahead of each fire, so every scheduled call succeeds on its only attempt although the
+//! function idles to zero between them (with `--wake-ahead 0s` the first fire fails: no ready
+//! endpoint).
+//!
 //! Uses the binaries `cargo build --workspace --bins` left in this test's target dir
 //! (scripts/test.sh builds them first), nats-server and tansu (.ci/run installs them).
 #![cfg(test)]
@@ -17,7 +22,7 @@ use integration_tests::target_debug_dir;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
+use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
 use kubeless_testkit::{NS, NatsServer, ServiceProcess, Tansu, TestCluster, eventually, report};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -313,5 +318,94 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
                 .unwrap();
         assert!(failed.is_empty(), "{kind}: {failed:?}");
     }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_wakes_a_function_at_zero_ahead_of_each_fire() {
+    for bin in [
+        "function-controller",
+        "cronjob-trigger-controller",
+        "kubeless-runtime",
+    ] {
+        assert!(
+            target_debug_dir().join(bin).exists(),
+            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
+        );
+    }
+    let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
+    let _controller = ServiceProcess::start(
+        "function-controller",
+        c.dir.path(),
+        "function-controller",
+        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
+    );
+    let _cron = ServiceProcess::start(
+        "cronjob-trigger-controller",
+        c.dir.path(),
+        "cronjob-trigger-controller",
+        &process_env(
+            &c,
+            &[
+                ("POD_NAME", "cronjob-trigger-controller-0".into()),
+                ("KUBELESS_CRON_SCHEDULER_MODE", "true".into()),
+                ("KUBELESS_CRON_WAKE_AHEAD", "6s".into()),
+            ],
+        ),
+    );
+    let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
+    // Idles 3 s after each fire: at zero well before the next one (15 s later).
+    let mut f = function("ticker", "python3.11", "handler.handler", PYTHON);
+    f.spec.scale_to_zero = serde_json::from_value(json!({"enabled": true, "idleAfter": "3s"})).ok();
+    fns.create(&PostParams::default(), &f).await.unwrap();
+    eventually("ticker at zero", Duration::from_secs(180), || async {
+        (scale_state(&fns, "ticker").await? == (true, 0)).then_some(())
+    })
+    .await;
+    let triggers: Api<CronJobTrigger> = Api::namespaced(c.client.clone(), NS);
+    let t: CronJobTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+        "metadata": {"name": "tick", "namespace": NS},
+        "spec": {"function-name": "ticker", "schedule": "*/15 * * * * *",
+                 "retry": {"maxAttempts": 1}}
+    }))
+    .unwrap();
+    triggers.create(&PostParams::default(), &t).await.unwrap();
+
+    // Two fires, each preceded by a stay at zero, each answered on its only attempt.
+    let mut fires = Vec::new();
+    let started = Instant::now();
+    while fires.len() < 2 {
+        eventually(
+            "ticker at zero between fires",
+            Duration::from_secs(60),
+            || async { (scale_state(&fns, "ticker").await? == (true, 0)).then_some(()) },
+        )
+        .await;
+        let before = fires.last().cloned();
+        let (last, status) = eventually(
+            "the next fire recorded",
+            Duration::from_secs(60),
+            || async {
+                let status = triggers.get("tick").await.ok()?.status?;
+                let last = status
+                    .last_schedule_time
+                    .as_ref()
+                    .map(|t| t.0.to_string())?;
+                (Some(&last) != before.as_ref()).then_some((last, status))
+            },
+        )
+        .await;
+        let run = find_condition(&status.conditions, "LastRunSucceeded")
+            .cloned()
+            .unwrap();
+        assert!(run.is_true(), "the fire at {last} failed: {run:?}");
+        fires.push(last);
+    }
+    report!(
+        "scale to zero: cron woke ticker ahead of {} fires, each answered at once ({:?})",
+        fires.len(),
+        started.elapsed()
+    );
     c.shutdown().await;
 }
