@@ -32,3 +32,4 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_n
 }
 pub mod faults;
 pub mod images;
+pub mod scale;

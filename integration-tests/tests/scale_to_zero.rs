@@ -18,6 +18,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use integration_tests::scale::{NODE, PYTHON, function, process_env, wait_at_zero, wait_running};
 use integration_tests::target_debug_dir;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
@@ -30,71 +31,13 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{Value, json};
 
-const PYTHON: &str = r#"
-def handler(event, context):
-    data = event["data"]
-    if isinstance(data, bytes):
-        data = data.decode("utf-8", errors="replace")
-    print("EVENT", data, flush=True)
-    return "ok"
-"#;
-
-const NODE: &str = r#"
-module.exports = {
-  handler: (event, context) => {
-    let data = event.data;
-    if (Buffer.isBuffer(data)) data = data.toString("utf8");
-    if (typeof data !== "string") data = JSON.stringify(data);
-    console.log("EVENT", data);
-    return "ok";
-  },
-};
-"#;
-
 const TOPIC: &str = "wake";
 const SUBJECT: &str = "wake";
 const FUNCTIONS: [&str; 2] = ["py", "node"];
 
-fn function(name: &str, runtime: &str, handler: &str, code: &str) -> Function {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name, "namespace": NS, "labels": {"wake": "yes"}},
-        "spec": {"runtime": runtime, "handler": handler, "function": code,
-                 "function-content-type": "text", "timeout": "10",
-                 "scaleToZero": {"enabled": true, "idleAfter": "5s"}}
-    }))
-    .unwrap()
-}
-
-fn process_env<'a>(c: &TestCluster, extra: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
-    let mut env = vec![
-        ("KUBECONFIG", c.kubeconfig()),
-        ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-        ("KUBELESS_LEADER_ELECT", "false".into()),
-        ("KUBELESS_LOG_LEVEL", "info".into()),
-        ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
-        ("KUBELESS_ACTIVITY_INTERVAL", "1s".into()),
-        ("POD_NAMESPACE", NS.into()),
-    ];
-    env.extend_from_slice(extra);
-    env
-}
-
-/// `(at zero, ready replicas)` of a Function.
-async fn scale_state(fns: &Api<Function>, name: &str) -> Option<(bool, i32)> {
-    let status = fns.get(name).await.ok()?.status?;
-    let at_zero = find_condition(&status.conditions, "ScaledToZero")?.is_true();
-    Some((at_zero, status.ready_replicas.unwrap_or(0)))
-}
-
-async fn wait_all_at_zero(fns: &Api<Function>, what: &str) {
+async fn wait_all_at_zero(fns: &Api<Function>) {
     for name in FUNCTIONS {
-        eventually(
-            &format!("{name} scaled to zero ({what})"),
-            Duration::from_secs(90),
-            || async { (scale_state(fns, name).await? == (true, 0)).then_some(()) },
-        )
-        .await;
+        wait_at_zero(fns, name, Duration::from_secs(90)).await;
     }
 }
 
@@ -242,18 +185,13 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
 
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     for f in [
-        function("py", "python3.11", "handler.handler", PYTHON),
-        function("node", "nodejs20", "handler.handler", NODE),
+        function("py", "python3.11", PYTHON, "5s"),
+        function("node", "nodejs20", NODE, "5s"),
     ] {
         fns.create(&PostParams::default(), &f).await.unwrap();
     }
     for name in FUNCTIONS {
-        eventually(
-            &format!("{name} Ready"),
-            Duration::from_secs(180),
-            || async { (scale_state(&fns, name).await? == (false, 1)).then_some(()) },
-        )
-        .await;
+        wait_running(&fns, name, Duration::from_secs(180)).await;
     }
     // One attempt only: a delivery tried before the function answered would fail for good.
     let nats_triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
@@ -284,7 +222,7 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     trigger_ready(&kafka_triggers, "wake").await;
 
     // NATS: both functions at zero, one message wakes each and reaches each once.
-    wait_all_at_zero(&fns, "before the NATS message").await;
+    wait_all_at_zero(&fns).await;
     let nats_client = async_nats::connect(&nats.url).await.unwrap();
     let sent = Instant::now();
     nats_client.publish(SUBJECT, "nats-1".into()).await.unwrap();
@@ -293,7 +231,7 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     report!("scale to zero: a NATS message woke py and node, delivered after {took:?}");
 
     // Kafka: at zero again, one record wakes each and reaches each once.
-    wait_all_at_zero(&fns, "before the Kafka record").await;
+    wait_all_at_zero(&fns).await;
     let producer: FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
         .create()
@@ -355,13 +293,9 @@ async fn cron_wakes_a_function_at_zero_ahead_of_each_fire() {
     );
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     // Idles 3 s after each fire: at zero well before the next one (15 s later).
-    let mut f = function("ticker", "python3.11", "handler.handler", PYTHON);
-    f.spec.scale_to_zero = serde_json::from_value(json!({"enabled": true, "idleAfter": "3s"})).ok();
+    let f = function("ticker", "python3.11", PYTHON, "3s");
     fns.create(&PostParams::default(), &f).await.unwrap();
-    eventually("ticker at zero", Duration::from_secs(180), || async {
-        (scale_state(&fns, "ticker").await? == (true, 0)).then_some(())
-    })
-    .await;
+    wait_at_zero(&fns, "ticker", Duration::from_secs(180)).await;
     let triggers: Api<CronJobTrigger> = Api::namespaced(c.client.clone(), NS);
     let t: CronJobTrigger = serde_json::from_value(json!({
         "apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
@@ -376,12 +310,7 @@ async fn cron_wakes_a_function_at_zero_ahead_of_each_fire() {
     let mut fires = Vec::new();
     let started = Instant::now();
     while fires.len() < 2 {
-        eventually(
-            "ticker at zero between fires",
-            Duration::from_secs(60),
-            || async { (scale_state(&fns, "ticker").await? == (true, 0)).then_some(()) },
-        )
-        .await;
+        wait_at_zero(&fns, "ticker", Duration::from_secs(60)).await;
         let before = fires.last().cloned();
         let (last, status) = eventually(
             "the next fire recorded",
