@@ -1,6 +1,6 @@
 //! Cold start of a function scaled to zero, beside the warm call, measured in the same run:
 //! devcluster with process pods, the function-controller and nats-trigger binaries, a Python
-//! and a Node.js function with scale to zero (`idleAfter: 1s`). A NATS request through the
+//! and a Node.js function with scale to zero (`idleAfter: 2s`; activity is written every second while calls flow). A NATS request through the
 //! trigger is the call: the trigger holds it while the function wakes, so its latency is zero
 //! to first answer. Prints p50 and p99 over `COLD_START_WAKES` wakes (default 20) and over
 //! `COLD_START_WARM` warm calls (default 200).
@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::scale::{NODE, PYTHON, function, process_env, wait_at_zero, wait_running};
+use integration_tests::scale::{NODE, PYTHON, function, process_env, wait_at_zero};
 use integration_tests::target_debug_dir;
 use kube::Api;
 use kube::api::PostParams;
@@ -107,7 +107,7 @@ async fn main() {
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     let triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
     for (name, runtime, code) in [("py", "python3.11", PYTHON), ("node", "nodejs20", NODE)] {
-        let mut f = function(name, runtime, code, "1s");
+        let mut f = function(name, runtime, code, "2s");
         f.metadata
             .labels
             .get_or_insert_with(Default::default)
@@ -126,9 +126,27 @@ async fn main() {
             .create(&PostParams::default(), &t)
             .await
             .unwrap_or_else(|e| panic!("creating the trigger {name}: {e}"));
-        wait_running(&fns, name, Duration::from_secs(180)).await;
-        // The subscription is up once a request is answered.
-        call(&client, &subject).await;
+        // Up (or woken: 2 s after its creation it may already be at zero) and subscribed once
+        // a request is answered "ok". Until the trigger and the function are both there, a
+        // request gets no answer or an error reply: ask again.
+        let first = Instant::now();
+        loop {
+            let reply = tokio::time::timeout(
+                Duration::from_secs(5),
+                client.request(subject.clone(), "bench".into()),
+            )
+            .await;
+            if let Ok(Ok(m)) = reply
+                && m.payload.as_ref() == b"ok"
+            {
+                break;
+            }
+            assert!(
+                first.elapsed() < Duration::from_secs(180),
+                "{name} never answered"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
 
         let mut warm = Vec::with_capacity(warm_calls);
         for _ in 0..warm_calls {
