@@ -6,6 +6,7 @@
 //! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
 //! to the dead letters, which are not configured).
 //!
+//! `kubeless function call` wakes a function at zero and its call arrives once.
 //! The cronjob-trigger-controller (scheduler mode, a fire every 15 s) wakes a function at zero
 //! ahead of each fire, so every scheduled call succeeds on its only attempt although the
 //! function idles to zero between them (with `--wake-ahead 0s` the first fire fails: no ready
@@ -140,6 +141,7 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         "function-controller",
         "nats-trigger",
         "kafka-trigger",
+        "kubeless",
         "kubeless-runtime",
     ] {
         assert!(
@@ -247,6 +249,39 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         .unwrap();
     let took = delivered_once_to_each(&c.client, "kafka-1", sent).await;
     report!("scale to zero: a Kafka record woke py and node, delivered after {took:?}");
+
+    // `kubeless function call` wakes a function at zero too, and its call arrives once.
+    wait_all_at_zero(&fns).await;
+    let sent = Instant::now();
+    let out = tokio::process::Command::new(target_debug_dir().join("kubeless"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig())
+        .args([
+            "function",
+            "call",
+            "py",
+            "--namespace",
+            NS,
+            "--data",
+            "cli-1",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kubeless function call py: {stdout}{stderr}"
+    );
+    assert_eq!(stdout.trim(), "ok");
+    assert!(stderr.contains("scaled to zero: waking it"), "{stderr}");
+    report!(
+        "scale to zero: kubeless function call woke py, answered after {:?}",
+        sent.elapsed()
+    );
+    let log = function_log(&c.client, "py").await;
+    assert_eq!(log.get("cli-1"), Some(&1), "{log:?}");
 
     // Nothing failed on the way: no DeliveryFailed Event on either trigger.
     for kind in ["NATSTrigger", "KafkaTrigger"] {
