@@ -12,12 +12,12 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::scale::{NODE, PYTHON, function, process_env, wait_at_zero};
-use integration_tests::target_debug_dir;
+use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero};
+use integration_tests::{require_bins, target_debug_dir};
 use kube::Api;
 use kube::api::PostParams;
 use kubeless_api::{Function, NatsTrigger};
-use kubeless_testkit::{NS, NatsServer, ServiceProcess, TestCluster};
+use kubeless_testkit::{NS, NatsServer, TestCluster};
 use serde_json::json;
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -72,35 +72,12 @@ async fn main() {
     }
     let wakes = env_usize("COLD_START_WAKES", 20);
     let warm_calls = env_usize("COLD_START_WARM", 200);
-    let bins = target_debug_dir();
-    for bin in ["function-controller", "nats-trigger", "kubeless-runtime"] {
-        assert!(
-            bins.join(bin).exists(),
-            "{bin} is missing in {}: build the workspace's binaries in this profile first",
-            bins.display()
-        );
-    }
-    println!("binaries from {}", bins.display());
+    require_bins(&["function-controller", "nats-trigger", "kubeless-runtime"]);
+    println!("binaries from {}", target_debug_dir().display());
     let nats = NatsServer::start();
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    let _controller = ServiceProcess::start(
-        "function-controller",
-        c.dir.path(),
-        "function-controller",
-        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
-    );
-    let _trigger = ServiceProcess::start(
-        "nats-trigger",
-        c.dir.path(),
-        "nats-trigger",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "nats-trigger-0".into()),
-                ("NATS_URL", nats.url.clone()),
-            ],
-        ),
-    );
+    let _controller = start_service(&c, "function-controller", &[]);
+    let _trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
     let client = async_nats::connect(&nats.url)
         .await
         .unwrap_or_else(|e| panic!("connecting to NATS: {e}"));

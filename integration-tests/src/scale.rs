@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use kube::Api;
 use kubeless_api::{Function, find_condition};
-use kubeless_testkit::{NS, TestCluster, eventually};
+use kubeless_testkit::{NS, ServiceProcess, TestCluster, eventually};
 use serde_json::json;
 
 /// A Python handler printing `EVENT <data>` and answering `ok`.
@@ -58,6 +58,15 @@ pub fn process_env<'a>(c: &TestCluster, extra: &[(&'a str, String)]) -> Vec<(&'a
     ];
     env.extend_from_slice(extra);
     env
+}
+
+/// Starts the service binary `bin` against `c` as pod `<bin>-0`, with [`process_env`] and
+/// `extra`.
+pub fn start_service(c: &TestCluster, bin: &str, extra: &[(&str, String)]) -> ServiceProcess {
+    let pod = format!("{bin}-0");
+    let mut env = process_env(c, &[("POD_NAME", pod)]);
+    env.extend_from_slice(extra);
+    ServiceProcess::start(bin, c.dir.path(), bin, &env)
 }
 
 /// `(at zero, ready replicas)` of a Function with scale to zero on.

@@ -19,13 +19,13 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use integration_tests::scale::{NODE, PYTHON, function, process_env, wait_at_zero, wait_running};
-use integration_tests::target_debug_dir;
+use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero, wait_running};
+use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
-use kubeless_testkit::{NS, NatsServer, ServiceProcess, Tansu, TestCluster, eventually, report};
+use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report};
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -137,52 +137,26 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
-    for bin in [
+    require_bins(&[
         "function-controller",
         "nats-trigger",
         "kafka-trigger",
         "kubeless",
         "kubeless-runtime",
-    ] {
-        assert!(
-            target_debug_dir().join(bin).exists(),
-            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
-        );
-    }
+    ]);
     let nats = NatsServer::start();
     let broker = Tansu::start();
     create_topic(&broker).await;
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    let _controller = ServiceProcess::start(
-        "function-controller",
-        c.dir.path(),
-        "function-controller",
-        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
-    );
-    let _nats_trigger = ServiceProcess::start(
-        "nats-trigger",
-        c.dir.path(),
-        "nats-trigger",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "nats-trigger-0".into()),
-                ("NATS_URL", nats.url.clone()),
-            ],
-        ),
-    );
-    let _kafka_trigger = ServiceProcess::start(
+    let _controller = start_service(&c, "function-controller", &[]);
+    let _nats_trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
+    let _kafka_trigger = start_service(
+        &c,
         "kafka-trigger",
-        c.dir.path(),
-        "kafka-trigger",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "kafka-trigger-0".into()),
-                ("KAFKA_BROKERS", broker.addr.clone()),
-                ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
-            ],
-        ),
+        &[
+            ("KAFKA_BROKERS", broker.addr.clone()),
+            ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+        ],
     );
 
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
@@ -296,35 +270,20 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cron_wakes_a_function_at_zero_ahead_of_each_fire() {
-    for bin in [
+    require_bins(&[
         "function-controller",
         "cronjob-trigger-controller",
         "kubeless-runtime",
-    ] {
-        assert!(
-            target_debug_dir().join(bin).exists(),
-            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
-        );
-    }
+    ]);
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    let _controller = ServiceProcess::start(
-        "function-controller",
-        c.dir.path(),
-        "function-controller",
-        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
-    );
-    let _cron = ServiceProcess::start(
+    let _controller = start_service(&c, "function-controller", &[]);
+    let _cron = start_service(
+        &c,
         "cronjob-trigger-controller",
-        c.dir.path(),
-        "cronjob-trigger-controller",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "cronjob-trigger-controller-0".into()),
-                ("KUBELESS_CRON_SCHEDULER_MODE", "true".into()),
-                ("KUBELESS_CRON_WAKE_AHEAD", "6s".into()),
-            ],
-        ),
+        &[
+            ("KUBELESS_CRON_SCHEDULER_MODE", "true".into()),
+            ("KUBELESS_CRON_WAKE_AHEAD", "6s".into()),
+        ],
     );
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     // Idles 3 s after each fire: at zero well before the next one (15 s later).
