@@ -24,13 +24,10 @@ use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
-use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report};
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::{Value, json};
+use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition};
+use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report, wait_ready};
+use rdkafka::producer::FutureRecord;
+use serde_json::json;
 
 const TOPIC: &str = "wake";
 const SUBJECT: &str = "wake";
@@ -97,44 +94,6 @@ async fn delivered_once_to_each(client: &Client, data: &str, since: Instant) -> 
     took
 }
 
-async fn create_topic(broker: &Tansu) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
-async fn trigger_ready<K>(api: &Api<K>, name: &str)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + serde::Serialize,
-{
-    eventually(
-        &format!("trigger {name} Ready"),
-        Duration::from_secs(60),
-        || async {
-            let v: Value = serde_json::to_value(api.get(name).await.ok()?).ok()?;
-            let conditions: Vec<kubeless_api::Condition> =
-                serde_json::from_value(v["status"]["conditions"].clone()).ok()?;
-            is_ready(&conditions).then_some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     require_bins(&[
@@ -146,7 +105,7 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     ]);
     let nats = NatsServer::start();
     let broker = Tansu::start();
-    create_topic(&broker).await;
+    broker.create_topic(TOPIC, 1).await;
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
     let _controller = start_service(&c, "function-controller", &[]);
     let _nats_trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
@@ -194,8 +153,8 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         .create(&PostParams::default(), &kt)
         .await
         .unwrap();
-    trigger_ready(&nats_triggers, "wake").await;
-    trigger_ready(&kafka_triggers, "wake").await;
+    wait_ready::<NatsTrigger>(&c.client, "wake").await;
+    wait_ready::<KafkaTrigger>(&c.client, "wake").await;
 
     // NATS: both functions at zero, one message wakes each and reaches each once.
     wait_all_at_zero(&fns).await;
@@ -208,10 +167,7 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
 
     // Kafka: at zero again, one record wakes each and reaches each once.
     wait_all_at_zero(&fns).await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
+    let producer = broker.producer();
     let sent = Instant::now();
     producer
         .send(

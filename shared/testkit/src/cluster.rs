@@ -220,12 +220,12 @@ pub async fn create<K: Namespaced>(client: &Client, object: &K) -> K {
         .unwrap_or_else(|e| panic!("creating {object:?}: {e}"))
 }
 
-/// Waits (30 s at most) until the object `name` of kind `K` in [`NS`] has the condition
+/// Waits (60 s at most) until the object `name` of kind `K` in [`NS`] has the condition
 /// Ready=True (a trigger's status); returns it.
 pub async fn wait_ready<K: Namespaced>(client: &Client, name: &str) -> K {
     let api: Api<K> = Api::namespaced(client.clone(), NS);
     let what = format!("{} {name} Ready", K::kind(&()));
-    crate::eventually(&what, std::time::Duration::from_secs(30), || async {
+    crate::eventually(&what, std::time::Duration::from_secs(60), || async {
         let object = api.get(name).await.ok()?;
         let v = serde_json::to_value(&object).ok()?;
         let ready = v["status"]["conditions"]
