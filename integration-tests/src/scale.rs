@@ -44,29 +44,19 @@ pub fn function(name: &str, runtime: &str, code: &str, idle_after: &str) -> Func
     serde_json::from_value(value).unwrap_or_else(|e| panic!("function manifest: {e}"))
 }
 
-/// The environment of a service process against `c`: quiet admin port, no Lease,
-/// EndpointSlice resolution, activity written at most once a second, plus `extra`.
-pub fn process_env<'a>(c: &TestCluster, extra: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+/// Starts the service binary `bin` against `c` ([`TestCluster::start_service`]) as pod
+/// `<bin>-0`: no Lease, EndpointSlice resolution, activity written at most once a second, and
+/// `extra` besides.
+pub fn start_service(c: &TestCluster, bin: &str, extra: &[(&str, String)]) -> ServiceProcess {
     let mut env = vec![
-        ("KUBECONFIG", c.kubeconfig()),
-        ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-        ("KUBELESS_LEADER_ELECT", "false".into()),
-        ("KUBELESS_LOG_LEVEL", "info".into()),
+        ("KUBELESS_LEADER_ELECT", "false".to_string()),
         ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
         ("KUBELESS_ACTIVITY_INTERVAL", "1s".into()),
         ("POD_NAMESPACE", NS.into()),
+        ("POD_NAME", format!("{bin}-0")),
     ];
     env.extend_from_slice(extra);
-    env
-}
-
-/// Starts the service binary `bin` against `c` as pod `<bin>-0`, with [`process_env`] and
-/// `extra`.
-pub fn start_service(c: &TestCluster, bin: &str, extra: &[(&str, String)]) -> ServiceProcess {
-    let pod = format!("{bin}-0");
-    let mut env = process_env(c, &[("POD_NAME", pod)]);
-    env.extend_from_slice(extra);
-    ServiceProcess::start(bin, c.dir.path(), bin, &env)
+    c.start_service(bin, &env)
 }
 
 /// `(at zero, ready replicas)` of a Function with scale to zero on.
