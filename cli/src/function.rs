@@ -407,6 +407,43 @@ pub async fn send_call(ctx: &Ctx, name: &str, req: CallRequest) -> Result<CallAn
     })
 }
 
+/// A function scaled to zero is woken, as the gateway and the triggers wake it (a new
+/// `kubeless.io/last-activity`), and waited for until it has a ready endpoint: the call goes
+/// through the API server's service proxy, which would find no pod.
+async fn wake_if_at_zero(ctx: &Ctx, name: &str, timeout: Duration) -> Result<()> {
+    use kubeless_api::scale::{ScaleState, activity_now};
+    let api = ctx.api::<Function>();
+    let Ok(f) = api.get(name).await else {
+        return Ok(());
+    };
+    if ScaleState::of(&f) != ScaleState::AtZero {
+        return Ok(());
+    }
+    eprintln!("function {name} is scaled to zero: waking it");
+    kubeless_invoke::activity::write_activity(&ctx.client, &ctx.namespace, name, &activity_now())
+        .await
+        .map_err(|e| Error::kube(format!("waking function {name}"), e))?;
+    let started = std::time::Instant::now();
+    while started.elapsed() < timeout {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let woke = api.get(name).await.is_ok_and(|f| {
+            ScaleState::of(&f) != ScaleState::AtZero
+                && f.status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0)
+                    > 0
+        });
+        if woke && no_endpoint_reason(ctx, name).await?.is_none() {
+            return Ok(());
+        }
+    }
+    Err(Error::NoEndpoint {
+        name: name.to_string(),
+        why: format!("it was scaled to zero and is still waking after {timeout:?}"),
+    })
+}
+
 async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
     let CallArgs {
         name,
@@ -431,6 +468,7 @@ async fn call(ctx: &Ctx, args: CallArgs) -> Result<()> {
     };
     // A function without a Service is not deployed at all: say that before looking at pods.
     proxy_path(ctx, &name, "").await?;
+    wake_if_at_zero(ctx, &name, Duration::from_secs(call_timeout)).await?;
     if let Some(why) = no_endpoint_reason(ctx, &name).await? {
         return Err(Error::NoEndpoint { name, why });
     }

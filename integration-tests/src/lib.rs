@@ -19,6 +19,19 @@ pub fn target_debug_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/debug"))
 }
 
+/// Fails the test unless every binary in `bins` is in [`target_debug_dir`] (the tests start
+/// them; `cargo build --workspace --bins` makes them, scripts/test.sh runs that first).
+pub fn require_bins(bins: &[&str]) {
+    let dir = target_debug_dir();
+    for bin in bins {
+        assert!(
+            dir.join(bin).exists(),
+            "{bin} is missing in {}: run `cargo build --workspace --bins` (in this profile) first",
+            dir.display()
+        );
+    }
+}
+
 /// Splits a multi-document YAML text into JSON values, skipping empty documents.
 pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_ng::Error> {
     let mut docs = Vec::new();
@@ -32,3 +45,4 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_n
 }
 pub mod faults;
 pub mod images;
+pub mod scale;

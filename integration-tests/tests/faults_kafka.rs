@@ -14,10 +14,8 @@ use integration_tests::faults::{self, EVENTS, Freeze, KEYS, MAX_ATTEMPTS, Trigge
 use kube::api::{Api, PostParams};
 use kubeless_api::KafkaTrigger;
 use kubeless_testkit::{NS, RecordingFunction, Tansu, TestCluster, register_function};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde_json::json;
 
@@ -26,31 +24,9 @@ const TOPIC: &str = "events";
 const DLQ: &str = "events-dlq";
 const FREEZE: Duration = Duration::from_secs(20);
 
-async fn create_topics(broker: &Tansu) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
-    let topics = [
-        NewTopic::new(TOPIC, PARTITIONS as i32, TopicReplication::Fixed(1)),
-        NewTopic::new(DLQ, 1, TopicReplication::Fixed(1)),
-    ];
-    for r in admin
-        .create_topics(&topics, &AdminOptions::new())
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
 /// The events, each key in one partition (key index modulo the partitions).
 async fn produce_all(broker: &Tansu) {
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .set("linger.ms", "5")
-        .create()
-        .unwrap();
+    let producer = broker.producer();
     let bodies: Vec<String> = (0..EVENTS).map(faults::body).collect();
     let keys: Vec<String> = (0..EVENTS).map(faults::key).collect();
     for chunk in (0..EVENTS).collect::<Vec<_>>().chunks(1000) {
@@ -101,7 +77,8 @@ async fn read_dead_letters(broker: &Tansu) -> Vec<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_trigger_loses_nothing_through_kills_a_frozen_broker_and_failing_calls() {
     let broker = Tansu::start();
-    create_topics(&broker).await;
+    broker.create_topic(TOPIC, PARTITIONS as i32).await;
+    broker.create_topic(DLQ, 1).await;
     let cluster = TestCluster::start(None).await;
     let function = RecordingFunction::start(|_, body, attempt| faults::reply(body, attempt)).await;
     register_function(

@@ -14,11 +14,11 @@ use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use integration_tests::faults::{self, EVENTS, Freeze, MAX_ATTEMPTS, Trigger};
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kubeless_api::KinesisTrigger;
 use kubeless_testkit::{
-    Moto, NS, RecordingFunction, TestCluster, create_stream, read_stream, register_function,
+    Moto, NS, RecordingFunction, TestCluster, create_aws_secret, create_stream, read_stream,
+    register_function,
 };
 use serde_json::json;
 
@@ -63,16 +63,7 @@ async fn kinesis_trigger_loses_nothing_through_kills_a_frozen_endpoint_and_faili
         function.addr,
     )
     .await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "aws"},
-        // base64 of AKIDTEST and secret.
-        "data": {"aws_access_key_id": "QUtJRFRFU1Q=", "aws_secret_access_key": "c2VjcmV0"}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(cluster.client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    create_aws_secret(&cluster.client, "aws").await;
     let trigger: KinesisTrigger = serde_json::from_value(json!({
         "apiVersion": "kubeless.io/v1beta1", "kind": "KinesisTrigger",
         "metadata": {"name": "events", "namespace": NS},

@@ -12,7 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use integration_tests::target_debug_dir;
+use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -128,17 +128,12 @@ fn pending(con: &mut redis::Connection) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entries_reach_the_function_dead_letters_and_survive_a_trigger_kill() {
-    for bin in [
+    require_bins(&[
         "redis-trigger",
         "function-controller",
         "kubeless",
         "kubeless-runtime",
-    ] {
-        assert!(
-            target_debug_dir().join(bin).exists(),
-            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
-        );
-    }
+    ]);
     let redis_server = RedisServer::start();
     let mut con = redis::Client::open(redis_server.url.as_str())
         .unwrap()

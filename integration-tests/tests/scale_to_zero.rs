@@ -6,6 +6,12 @@
 //! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
 //! to the dead letters, which are not configured).
 //!
+//! `kubeless function call` wakes a function at zero and its call arrives once.
+//! The cronjob-trigger-controller (scheduler mode, a fire every 15 s) wakes a function at zero
+//! ahead of each fire, so every scheduled call succeeds on its only attempt although the
+//! function idles to zero between them (with `--wake-ahead 0s` the first fire fails: no ready
+//! endpoint).
+//!
 //! Uses the binaries `cargo build --workspace --bins` left in this test's target dir
 //! (scripts/test.sh builds them first), nats-server and tansu (.ci/run installs them).
 #![cfg(test)]
@@ -13,83 +19,23 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use integration_tests::target_debug_dir;
+use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero, wait_running};
+use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{Function, KafkaTrigger, NatsTrigger, find_condition, is_ready};
-use kubeless_testkit::{NS, NatsServer, ServiceProcess, Tansu, TestCluster, eventually, report};
-use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::{Value, json};
-
-const PYTHON: &str = r#"
-def handler(event, context):
-    data = event["data"]
-    if isinstance(data, bytes):
-        data = data.decode("utf-8", errors="replace")
-    print("EVENT", data, flush=True)
-    return "ok"
-"#;
-
-const NODE: &str = r#"
-module.exports = {
-  handler: (event, context) => {
-    let data = event.data;
-    if (Buffer.isBuffer(data)) data = data.toString("utf8");
-    if (typeof data !== "string") data = JSON.stringify(data);
-    console.log("EVENT", data);
-    return "ok";
-  },
-};
-"#;
+use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition};
+use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report, wait_ready};
+use rdkafka::producer::FutureRecord;
+use serde_json::json;
 
 const TOPIC: &str = "wake";
 const SUBJECT: &str = "wake";
 const FUNCTIONS: [&str; 2] = ["py", "node"];
 
-fn function(name: &str, runtime: &str, handler: &str, code: &str) -> Function {
-    serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name, "namespace": NS, "labels": {"wake": "yes"}},
-        "spec": {"runtime": runtime, "handler": handler, "function": code,
-                 "function-content-type": "text", "timeout": "10",
-                 "scaleToZero": {"enabled": true, "idleAfter": "5s"}}
-    }))
-    .unwrap()
-}
-
-fn process_env<'a>(c: &TestCluster, extra: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
-    let mut env = vec![
-        ("KUBECONFIG", c.kubeconfig()),
-        ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
-        ("KUBELESS_LEADER_ELECT", "false".into()),
-        ("KUBELESS_LOG_LEVEL", "info".into()),
-        ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
-        ("KUBELESS_ACTIVITY_INTERVAL", "1s".into()),
-        ("POD_NAMESPACE", NS.into()),
-    ];
-    env.extend_from_slice(extra);
-    env
-}
-
-/// `(at zero, ready replicas)` of a Function.
-async fn scale_state(fns: &Api<Function>, name: &str) -> Option<(bool, i32)> {
-    let status = fns.get(name).await.ok()?.status?;
-    let at_zero = find_condition(&status.conditions, "ScaledToZero")?.is_true();
-    Some((at_zero, status.ready_replicas.unwrap_or(0)))
-}
-
-async fn wait_all_at_zero(fns: &Api<Function>, what: &str) {
+async fn wait_all_at_zero(fns: &Api<Function>) {
     for name in FUNCTIONS {
-        eventually(
-            &format!("{name} scaled to zero ({what})"),
-            Duration::from_secs(90),
-            || async { (scale_state(fns, name).await? == (true, 0)).then_some(()) },
-        )
-        .await;
+        wait_at_zero(fns, name, Duration::from_secs(90)).await;
     }
 }
 
@@ -148,107 +94,39 @@ async fn delivered_once_to_each(client: &Client, data: &str, since: Instant) -> 
     took
 }
 
-async fn create_topic(broker: &Tansu) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
-    for r in admin
-        .create_topics(
-            &[NewTopic::new(TOPIC, 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap()
-    {
-        r.unwrap();
-    }
-}
-
-async fn trigger_ready<K>(api: &Api<K>, name: &str)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + serde::Serialize,
-{
-    eventually(
-        &format!("trigger {name} Ready"),
-        Duration::from_secs(60),
-        || async {
-            let v: Value = serde_json::to_value(api.get(name).await.ok()?).ok()?;
-            let conditions: Vec<kubeless_api::Condition> =
-                serde_json::from_value(v["status"]["conditions"].clone()).ok()?;
-            is_ready(&conditions).then_some(())
-        },
-    )
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
-    for bin in [
+    require_bins(&[
         "function-controller",
         "nats-trigger",
         "kafka-trigger",
+        "kubeless",
         "kubeless-runtime",
-    ] {
-        assert!(
-            target_debug_dir().join(bin).exists(),
-            "{bin} is missing: run `cargo build --workspace --bins` first (scripts/test.sh does)"
-        );
-    }
+    ]);
     let nats = NatsServer::start();
     let broker = Tansu::start();
-    create_topic(&broker).await;
+    broker.create_topic(TOPIC, 1).await;
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    let _controller = ServiceProcess::start(
-        "function-controller",
-        c.dir.path(),
-        "function-controller",
-        &process_env(&c, &[("POD_NAME", "function-controller-0".into())]),
-    );
-    let _nats_trigger = ServiceProcess::start(
-        "nats-trigger",
-        c.dir.path(),
-        "nats-trigger",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "nats-trigger-0".into()),
-                ("NATS_URL", nats.url.clone()),
-            ],
-        ),
-    );
-    let _kafka_trigger = ServiceProcess::start(
+    let _controller = start_service(&c, "function-controller", &[]);
+    let _nats_trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
+    let _kafka_trigger = start_service(
+        &c,
         "kafka-trigger",
-        c.dir.path(),
-        "kafka-trigger",
-        &process_env(
-            &c,
-            &[
-                ("POD_NAME", "kafka-trigger-0".into()),
-                ("KAFKA_BROKERS", broker.addr.clone()),
-                ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
-            ],
-        ),
+        &[
+            ("KAFKA_BROKERS", broker.addr.clone()),
+            ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+        ],
     );
 
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     for f in [
-        function("py", "python3.11", "handler.handler", PYTHON),
-        function("node", "nodejs20", "handler.handler", NODE),
+        function("py", "python3.11", PYTHON, "5s"),
+        function("node", "nodejs20", NODE, "5s"),
     ] {
         fns.create(&PostParams::default(), &f).await.unwrap();
     }
     for name in FUNCTIONS {
-        eventually(
-            &format!("{name} Ready"),
-            Duration::from_secs(180),
-            || async { (scale_state(&fns, name).await? == (false, 1)).then_some(()) },
-        )
-        .await;
+        wait_running(&fns, name, Duration::from_secs(180)).await;
     }
     // One attempt only: a delivery tried before the function answered would fail for good.
     let nats_triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
@@ -275,11 +153,11 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         .create(&PostParams::default(), &kt)
         .await
         .unwrap();
-    trigger_ready(&nats_triggers, "wake").await;
-    trigger_ready(&kafka_triggers, "wake").await;
+    wait_ready::<NatsTrigger>(&c.client, "wake").await;
+    wait_ready::<KafkaTrigger>(&c.client, "wake").await;
 
     // NATS: both functions at zero, one message wakes each and reaches each once.
-    wait_all_at_zero(&fns, "before the NATS message").await;
+    wait_all_at_zero(&fns).await;
     let nats_client = async_nats::connect(&nats.url).await.unwrap();
     let sent = Instant::now();
     nats_client.publish(SUBJECT, "nats-1".into()).await.unwrap();
@@ -288,11 +166,8 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     report!("scale to zero: a NATS message woke py and node, delivered after {took:?}");
 
     // Kafka: at zero again, one record wakes each and reaches each once.
-    wait_all_at_zero(&fns, "before the Kafka record").await;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &broker.addr)
-        .create()
-        .unwrap();
+    wait_all_at_zero(&fns).await;
+    let producer = broker.producer();
     let sent = Instant::now();
     producer
         .send(
@@ -305,6 +180,39 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
     let took = delivered_once_to_each(&c.client, "kafka-1", sent).await;
     report!("scale to zero: a Kafka record woke py and node, delivered after {took:?}");
 
+    // `kubeless function call` wakes a function at zero too, and its call arrives once.
+    wait_all_at_zero(&fns).await;
+    let sent = Instant::now();
+    let out = tokio::process::Command::new(target_debug_dir().join("kubeless"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig())
+        .args([
+            "function",
+            "call",
+            "py",
+            "--namespace",
+            NS,
+            "--data",
+            "cli-1",
+        ])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "kubeless function call py: {stdout}{stderr}"
+    );
+    assert_eq!(stdout.trim(), "ok");
+    assert!(stderr.contains("scaled to zero: waking it"), "{stderr}");
+    report!(
+        "scale to zero: kubeless function call woke py, answered after {:?}",
+        sent.elapsed()
+    );
+    let log = function_log(&c.client, "py").await;
+    assert_eq!(log.get("cli-1"), Some(&1), "{log:?}");
+
     // Nothing failed on the way: no DeliveryFailed Event on either trigger.
     for kind in ["NATSTrigger", "KafkaTrigger"] {
         let failed =
@@ -313,5 +221,70 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
                 .unwrap();
         assert!(failed.is_empty(), "{kind}: {failed:?}");
     }
+    c.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_wakes_a_function_at_zero_ahead_of_each_fire() {
+    require_bins(&[
+        "function-controller",
+        "cronjob-trigger-controller",
+        "kubeless-runtime",
+    ]);
+    let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
+    let _controller = start_service(&c, "function-controller", &[]);
+    let _cron = start_service(
+        &c,
+        "cronjob-trigger-controller",
+        &[
+            ("KUBELESS_CRON_SCHEDULER_MODE", "true".into()),
+            ("KUBELESS_CRON_WAKE_AHEAD", "6s".into()),
+        ],
+    );
+    let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
+    // Idles 3 s after each fire: at zero well before the next one (15 s later).
+    let f = function("ticker", "python3.11", PYTHON, "3s");
+    fns.create(&PostParams::default(), &f).await.unwrap();
+    wait_at_zero(&fns, "ticker", Duration::from_secs(180)).await;
+    let triggers: Api<CronJobTrigger> = Api::namespaced(c.client.clone(), NS);
+    let t: CronJobTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "CronJobTrigger",
+        "metadata": {"name": "tick", "namespace": NS},
+        "spec": {"function-name": "ticker", "schedule": "*/15 * * * * *",
+                 "retry": {"maxAttempts": 1}}
+    }))
+    .unwrap();
+    triggers.create(&PostParams::default(), &t).await.unwrap();
+
+    // Two fires, each preceded by a stay at zero, each answered on its only attempt.
+    let mut fires = Vec::new();
+    let started = Instant::now();
+    while fires.len() < 2 {
+        wait_at_zero(&fns, "ticker", Duration::from_secs(60)).await;
+        let before = fires.last().cloned();
+        let (last, status) = eventually(
+            "the next fire recorded",
+            Duration::from_secs(60),
+            || async {
+                let status = triggers.get("tick").await.ok()?.status?;
+                let last = status
+                    .last_schedule_time
+                    .as_ref()
+                    .map(|t| t.0.to_string())?;
+                (Some(&last) != before.as_ref()).then_some((last, status))
+            },
+        )
+        .await;
+        let run = find_condition(&status.conditions, "LastRunSucceeded")
+            .cloned()
+            .unwrap();
+        assert!(run.is_true(), "the fire at {last} failed: {run:?}");
+        fires.push(last);
+    }
+    report!(
+        "scale to zero: cron woke ticker ahead of {} fires, each answered at once ({:?})",
+        fires.len(),
+        started.elapsed()
+    );
     c.shutdown().await;
 }

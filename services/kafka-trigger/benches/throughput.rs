@@ -105,7 +105,7 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[i] as f64 / 1000.0
 }
 
-async fn produce_all(broker: &Broker, topic: &str) -> (u64, Duration) {
+async fn produce_all(broker: &Tansu, topic: &str) -> (u64, Duration) {
     let producer: rdkafka::producer::FutureProducer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
         .set("linger.ms", "2")
@@ -164,7 +164,7 @@ fn rebalances(metrics: &kubeless_service::Metrics, trigger: &str) -> (u64, u64) 
 
 async fn trigger_run(
     c: &Cluster,
-    broker: &Broker,
+    broker: &Tansu,
     s: &Sink,
     metrics: &kubeless_service::Metrics,
     ordering: Ordering,
@@ -263,7 +263,7 @@ async fn trigger_run(
     }
 }
 
-async fn consume_only(broker: &Broker, topic: &str) {
+async fn consume_only(broker: &Tansu, topic: &str) {
     let consumer: StreamConsumer = ClientConfig::new()
         .set("bootstrap.servers", &broker.addr)
         .set("group.id", "bench-consume-only")
@@ -293,7 +293,7 @@ async fn consume_only(broker: &Broker, topic: &str) {
 /// What a consumer meets after a rebalance or a resume: fetching partition 0 from an offset in
 /// the middle of a produced batch (the last commit), read for at most 20 s, with librdkafka's
 /// default `fetch.wait.max.ms` (500) and with 10 ms.
-async fn consume_from_mid_batch(broker: &Broker, topic: &str) {
+async fn consume_from_mid_batch(broker: &Tansu, topic: &str) {
     let per_partition = N / PARTITIONS as usize;
     let start = per_partition as i64 / 2 + 1;
     for wait_ms in ["500", "10"] {
@@ -331,7 +331,7 @@ async fn consume_from_mid_batch(broker: &Broker, topic: &str) {
 /// moved to per-partition queues: partition 0 read from the start, paused after every 2,000
 /// records and resumed after 50 ms of polls; read for at most 20 s. Kept as a baseline for the
 /// trigger run with a small `KT_BENCH_MAX_QUEUED` (which used to stall at about 35 records/s).
-fn consume_with_pauses(broker: &Broker, topic: &str) {
+fn consume_with_pauses(broker: &Tansu, topic: &str) {
     use rdkafka::consumer::BaseConsumer;
     let per_partition = N / PARTITIONS as usize;
     let consumer: BaseConsumer = ClientConfig::new()
@@ -412,8 +412,8 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let broker = Broker::start();
-        let c = cluster(None).await;
+        let broker = Tansu::start();
+        let c = Cluster::start(None).await;
         let s = sink().await;
         // The Function object (for the selector); calls go straight to the sink.
         let functions: kube::Api<kubeless_api::Function> = kube::Api::namespaced(c.client.clone(), NS);

@@ -27,10 +27,10 @@ fn is_fail(i: usize) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
     init_logs();
-    let broker = Broker::start();
+    let broker = Tansu::start();
     broker.create_topic("orders", 4).await;
     broker.create_topic("orders-dlq", 1).await;
-    let c = cluster(None).await;
+    let c = Cluster::start(None).await;
     let sink = fn_server(Duration::ZERO).await;
     let audit = fn_server(Duration::ZERO).await;
     register_function(&c.client, "sink", json!({"app": "orders"}), "5", sink.addr).await;
@@ -200,8 +200,17 @@ async fn delivers_in_order_retries_dead_letters_and_follows_selectors() {
             &format!("{reason} Events counting every failure"),
             Duration::from_secs(30),
             || async {
-                let ev = trigger_events(&c.client, "KafkaTrigger", "kt", reason).await;
-                (occurrences(&ev) == fail_ids.len() as u64).then_some(ev)
+                let ev = kubeless_service::events::events_about(
+                    &c.client,
+                    NS,
+                    "KafkaTrigger",
+                    "kt",
+                    reason,
+                )
+                .await
+                .unwrap();
+                let n = kubeless_service::events::total_occurrences(&ev);
+                (n == fail_ids.len() as u64).then_some(ev)
             },
         )
         .await;

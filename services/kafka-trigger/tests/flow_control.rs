@@ -25,9 +25,9 @@ const SLOW_CALL: Duration = Duration::from_millis(100);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backlog_far_over_max_queued_flows_and_a_slow_partition_holds_nobody_back() {
     init_logs();
-    let broker = Broker::start();
+    let broker = Tansu::start();
     broker.create_topic("backlog", 2).await;
-    let c = cluster(None).await;
+    let c = Cluster::start(None).await;
     let sink = RecordingFunction::start(|_, body, _| Reply::Answer {
         status: 200,
         delay: if body.starts_with(b"slow") {

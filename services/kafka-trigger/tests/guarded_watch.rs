@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use kubeless_api::KafkaTrigger;
@@ -24,22 +23,6 @@ use tokio_util::sync::CancellationToken;
 
 const RECORDS: usize = 20;
 
-/// The KafkaTrigger CRD with `spec.retry` open, as an older CRD version without the
-/// constraints would have it.
-fn loose_crd() -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(kubeless_api::crd::<KafkaTrigger>()).unwrap();
-    for version in v["spec"]["versions"].as_array_mut().unwrap() {
-        let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
-        assert!(spec["properties"].get("retry").is_some());
-        spec["properties"]["retry"] =
-            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-        if let Some(o) = spec.as_object_mut() {
-            o.remove("x-kubernetes-validations");
-        }
-    }
-    serde_json::from_value(v).unwrap()
-}
-
 fn trigger_api(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<KafkaTrigger>(&()))
 }
@@ -47,24 +30,15 @@ fn trigger_api(client: &Client) -> Api<DynamicObject> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_trigger_costs_only_itself() {
     init_logs();
-    let broker = Broker::start();
+    let broker = Tansu::start();
     broker.create_topic("good", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cluster =
-        devcluster::DevCluster::start(devcluster::Options::for_tests(dir.path().join("state")))
-            .await
-            .unwrap();
-    let client = cluster.client().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let loose = loose_crd();
-    for crd in kubeless_api::all() {
-        let crd = if crd.metadata.name == loose.metadata.name {
-            loose.clone()
-        } else {
-            crd
-        };
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
+    // `spec.retry` open, as an older CRD version without the constraints would have it.
+    let loose = kubeless_testkit::loosened_crd::<KafkaTrigger>(
+        "retry",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    let c = Cluster::with_crd(loose).await;
+    let client = c.client.clone();
     let sink = fn_server(Duration::ZERO).await;
     register_function(&client, "sink", json!({"app": "orders"}), "5", sink.addr).await;
     create_trigger(

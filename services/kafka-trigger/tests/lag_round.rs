@@ -27,9 +27,9 @@ const RECORDS: usize = 3_000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lag_rounds_behind_held_fetches_do_not_hold_up_delivery() {
     init_logs();
-    let broker = Broker::start();
+    let broker = Tansu::start();
     broker.create_topic("held", 2).await;
-    let c = cluster(None).await;
+    let c = Cluster::start(None).await;
     let sink = fn_server(Duration::ZERO).await;
     register_function(&c.client, "sink", json!({"app": "held"}), "30", sink.addr).await;
 

@@ -15,7 +15,7 @@ use serde_json::json;
 
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> ServiceProcess {
+fn spawn_trigger(c: &Cluster, broker: &Tansu, log: &str) -> ServiceProcess {
     ServiceProcess::start(
         "kafka-trigger",
         c.dir.path(),
@@ -34,9 +34,9 @@ fn spawn_trigger(c: &Cluster, broker: &Broker, log: &str) -> ServiceProcess {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_promptly_even_with_a_frozen_broker() {
-    let broker = Broker::start();
+    let broker = Tansu::start();
     broker.create_topic("events", 2).await;
-    let c = cluster(None).await;
+    let c = Cluster::start(None).await;
     let sink = fn_server(Duration::ZERO).await;
     register_function(&c.client, "sink", json!({"app": "events"}), "5", sink.addr).await;
     create_trigger(

@@ -78,8 +78,12 @@ async fn main() {
     let n = env("KINESIS_BENCH_RECORDS", 20_000);
     let runs = env("KINESIS_BENCH_RUNS", 3);
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
-    let (_cluster, client, _dir) = cluster(None).await;
+    let k = moto.kinesis();
+    let TestCluster {
+        cluster: _cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     create_aws_secret(&client, "aws").await;
     let mut trigger_rates = Vec::new();
     let mut direct_rates = Vec::new();

@@ -12,26 +12,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
 use kubeless_api::KinesisTrigger;
 use serde_json::json;
 use support::*;
-
-fn loose_crd() -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(kubeless_api::crd::<KinesisTrigger>()).unwrap();
-    for version in v["spec"]["versions"].as_array_mut().unwrap() {
-        let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
-        assert!(spec["properties"].get("retry").is_some());
-        spec["properties"]["retry"] =
-            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-        if let Some(o) = spec.as_object_mut() {
-            o.remove("x-kubernetes-validations");
-        }
-    }
-    serde_json::from_value(v).unwrap()
-}
 
 fn trigger_api(client: &Client) -> Api<DynamicObject> {
     Api::namespaced_with(
@@ -44,24 +29,15 @@ fn trigger_api(client: &Client) -> Api<DynamicObject> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_trigger_costs_only_itself() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "orders", 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let cluster =
-        devcluster::DevCluster::start(devcluster::Options::for_tests(dir.path().join("state")))
-            .await
-            .unwrap();
-    let client = cluster.client().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let loose = loose_crd();
-    for crd in kubeless_api::all() {
-        let crd = if crd.metadata.name == loose.metadata.name {
-            loose.clone()
-        } else {
-            crd
-        };
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
+    // `spec.retry` open, as an older CRD version without the constraints would have it.
+    let loose = kubeless_testkit::loosened_crd::<KinesisTrigger>(
+        "retry",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    let c = TestCluster::with_crd(loose).await;
+    let client = c.client.clone();
     let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
@@ -87,7 +63,7 @@ async fn a_malformed_trigger_costs_only_itself() {
     let replica = Replica::start(&client).await;
     wait_ready(&client, "good").await;
     for i in 0..5 {
-        put(&k, "orders", "key", &format!("{{\"n\":{i}}}")).await;
+        put_record(&k, "orders", "key", &format!("{{\"n\":{i}}}")).await;
     }
     eventually(
         "5 records delivered by the valid trigger",
@@ -105,5 +81,5 @@ async fn a_malformed_trigger_costs_only_itself() {
     .await;
     assert!(cond["message"].as_str().unwrap().contains("-1"), "{cond}");
     replica.stop().await;
-    cluster.shutdown().await;
+    c.shutdown().await;
 }

@@ -78,7 +78,7 @@ async fn put_batch(
         for key in KEYS {
             let n = next.entry(key).or_default();
             *n += 1;
-            let (shard, _) = put(k, stream, key, &body(key, *n)).await;
+            let (shard, _) = put_record(k, stream, key, &body(key, *n)).await;
             shards.insert(shard);
         }
     }
@@ -88,10 +88,14 @@ async fn put_batch(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     let shard_list = create_stream(&k, "orders", 2).await;
     assert_eq!(shard_list.len(), 2);
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
@@ -189,9 +193,13 @@ async fn delivers_in_order_per_shard_and_resumes_from_checkpoints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latest_start_survives_a_restart_before_the_first_record() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "clicks", 2).await;
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;
@@ -231,10 +239,14 @@ async fn latest_start_survives_a_restart_before_the_first_record() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_function_is_retried_then_dead_lettered() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "payments", 2).await;
     create_stream(&k, "payments-dlq", 1).await;
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     // Fails every record except "ok" ones.
     let function = RecordingFunction::start(|_, body, _| {
         Reply::status(if String::from_utf8_lossy(body).contains("\"ok\"") {
@@ -253,7 +265,7 @@ async fn failing_function_is_retried_then_dead_lettered() {
     }))
     .await;
     for (key, what) in [("a", "bad-1"), ("b", "bad-2"), ("c", "bad-3"), ("a", "ok")] {
-        put(
+        put_record(
             &k,
             "payments",
             key,
@@ -263,7 +275,7 @@ async fn failing_function_is_retried_then_dead_lettered() {
     }
     let replica = Replica::start(&client).await;
     let letters = eventually("3 dead letters", Duration::from_secs(30), || async {
-        let all = read_all(&k, "payments-dlq").await;
+        let all = read_stream(&k, "payments-dlq").await;
         (all.len() == 3).then_some(all)
     })
     .await;
@@ -362,9 +374,13 @@ async fn failing_function_is_retried_then_dead_lettered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_reports_missing_function_secret_and_stream() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "present", 1).await;
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let function = RecordingFunction::ok().await;
     register_function(&client, "f", function.addr).await;
     create_aws_secret(&client, "aws").await;
@@ -388,9 +404,13 @@ async fn split_parent_is_drained_then_children_are_read() {
     // covers draining a closed parent up to its EndingSequenceNumber, marking it SHARD_END and
     // starting the children. The parent-before-child order itself is unit-tested (shards.rs).
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     let shards = create_stream(&k, "events", 1).await;
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;

@@ -15,7 +15,7 @@ const KEYS: [&str; 8] = ["k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"];
 
 async fn put_round(k: &aws_sdk_kinesis::Client, round: usize) {
     for key in KEYS {
-        put(
+        put_record(
             k,
             "shared",
             key,
@@ -41,9 +41,13 @@ fn distinct(f: &RecordingFunction) -> BTreeSet<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_share_shards_without_double_delivery_and_take_over_after_a_crash() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "shared", 4).await;
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let function = RecordingFunction::ok().await;
     register_function(&client, "consumer", function.addr).await;
     create_aws_secret(&client, "aws").await;

@@ -59,8 +59,12 @@ async fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(20_000);
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
-    let publisher = nats_client(&nats_server).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
+    let publisher = async_nats::connect(&nats_server.url).await.unwrap();
     let js = async_nats::jetstream::new(publisher.clone());
     js.create_stream(async_nats::jetstream::stream::Config {
         name: "BENCH".into(),

@@ -20,6 +20,8 @@ use kubeless_trigger::deliver::last_answer;
 /// How often a held message reports progress (JetStream ack waits are at least a second, and
 /// 30 s by default).
 const HOLD_STEP: Duration = Duration::from_secs(5);
+/// Pause before calling again a function with scale to zero whose endpoint was gone.
+const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(100);
 
 /// `event-namespace` of every event this service sends (Kubeless's value).
 pub const EVENT_NAMESPACE: &str = "natstriggers.kubeless.io";
@@ -104,7 +106,7 @@ impl Deliverer {
     /// replica), at most `limit`; `progress` is called every few seconds meanwhile (a
     /// JetStream message reports progress, so its ack wait does not run out). Attempts are not
     /// spent while holding.
-    async fn hold<F, Fut>(&self, limit: Option<Duration>, mut progress: F)
+    async fn hold<F, Fut>(&self, limit: Option<Duration>, progress: &mut F)
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = ()>,
@@ -165,15 +167,48 @@ impl Deliverer {
         }
     }
 
+    /// Calls the function (through `retry`, or once), holding first while it is at zero or
+    /// waking. A function with scale to zero whose endpoint is gone (it is scaling down and this
+    /// trigger has not seen it yet) is held and called again rather than failed: nothing reached
+    /// it. `limit` bounds the whole wait (a request's caller), `progress` runs while holding.
+    async fn call_held<F, Fut>(
+        &self,
+        event: &Event,
+        limit: Option<Duration>,
+        retry: Option<&RetryPolicy>,
+        mut progress: F,
+    ) -> Outcome
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let started = Instant::now();
+        let target = &self.config.target;
+        loop {
+            let left = limit.map(|l| l.saturating_sub(started.elapsed()));
+            self.hold(left, &mut progress).await;
+            let outcome = match retry {
+                Some(p) => self.invoker.invoke_with_retry(target, event, p).await,
+                None => self.invoker.invoke(target, event).await,
+            };
+            let held = self.activity.as_ref().is_some_and(|a| {
+                a.state(&target.namespace, &target.name) != kubeless_api::scale::ScaleState::Off
+            });
+            let in_time = limit.is_none_or(|l| started.elapsed() < l);
+            if !(held && in_time && kubeless_trigger::deliver::function_unavailable(&outcome)) {
+                return outcome;
+            }
+            // Let the Function watch catch up with the scale-down (or the wake).
+            tokio::time::sleep(UNAVAILABLE_PAUSE).await;
+        }
+    }
+
     /// A core NATS message. A request (reply subject set) gets one attempt and the answer is
     /// sent back, because its caller is waiting and retries itself. Other messages are retried
     /// in process per the trigger's policy, then dead-lettered.
     pub async fn core(&self, msg: async_nats::Message) {
         let started = Instant::now();
         self.metrics.in_flight.inc();
-        // A request's caller waits at most about the function's timeout.
-        let limit = msg.reply.is_some().then_some(self.config.target.timeout);
-        self.hold(limit, || async {}).await;
         let event = build_event(
             &msg.subject,
             msg.headers.as_ref(),
@@ -182,7 +217,9 @@ impl Deliverer {
         );
         match msg.reply.clone() {
             Some(reply) => {
-                let outcome = self.invoker.invoke(&self.config.target, &event).await;
+                // The caller waits at most about the function's timeout.
+                let limit = Some(self.config.target.timeout);
+                let outcome = self.call_held(&event, limit, None, || async {}).await;
                 if let Err(e) = self.reply(reply, &outcome).await {
                     tracing::warn!(subscription = %self.key, error = %e, "sending the reply failed");
                 }
@@ -195,8 +232,7 @@ impl Deliverer {
             }
             None => {
                 let outcome = self
-                    .invoker
-                    .invoke_with_retry(&self.config.target, &event, &self.retry)
+                    .call_held(&event, None, Some(&self.retry), || async {})
                     .await;
                 self.metrics
                     .retry
@@ -249,12 +285,6 @@ impl Deliverer {
             msg.payload.clone(),
             event_id,
         );
-        self.hold(None, || async {
-            if let Err(e) = msg.ack_with(AckKind::Progress).await {
-                tracing::debug!(subscription = %self.key, error = %e, "reporting progress while the function wakes");
-            }
-        })
-        .await;
         let ack = if delivered > max {
             // The process died during the last attempt: do not call again, dead-letter it.
             let outcome = Outcome {
@@ -269,7 +299,12 @@ impl Deliverer {
             };
             self.final_failure(&msg, &outcome, max, &coordinates).await
         } else {
-            let mut outcome = self.invoker.invoke(&self.config.target, &event).await;
+            let progress = || async {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    tracing::debug!(subscription = %self.key, error = %e, "reporting progress while the function wakes");
+                }
+            };
+            let mut outcome = self.call_held(&event, None, None, progress).await;
             outcome.attempts = delivered;
             match outcome.class() {
                 Class::Success => {

@@ -13,51 +13,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, PostParams};
-use kube::{Client, CustomResourceExt};
 use kubeless_api::NatsTrigger;
 use serde_json::{Value, json};
 use support::*;
-
-/// The CRD of `K` with the schema of `spec.<field>` reduced to a bare integer, as an older CRD
-/// version without the constraint would have it.
-fn crd_without_constraint<K: CustomResourceExt>(field: &str) -> CustomResourceDefinition {
-    let mut v = serde_json::to_value(kubeless_api::crd::<K>()).unwrap();
-    for version in v["spec"]["versions"].as_array_mut().unwrap() {
-        let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
-        assert!(
-            spec["properties"].get(field).is_some(),
-            "{field} not in the schema"
-        );
-        spec["properties"][field] = json!({"type": "integer"});
-        // CEL rules of the spec may refer to the field too.
-        if let Some(o) = spec.as_object_mut() {
-            o.remove("x-kubernetes-validations");
-        }
-    }
-    serde_json::from_value(v).unwrap()
-}
-
-async fn cluster_with_loose_trigger_crd(
-    state: &std::path::Path,
-) -> (devcluster::DevCluster, Client) {
-    let cluster = devcluster::DevCluster::start(devcluster::Options::for_tests(state))
-        .await
-        .unwrap();
-    let client = cluster.client().await.unwrap();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let loose = crd_without_constraint::<NatsTrigger>("maxInFlight");
-    for crd in kubeless_api::all() {
-        let crd = if crd.metadata.name == loose.metadata.name {
-            loose.clone()
-        } else {
-            crd
-        };
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    (cluster, client)
-}
 
 fn trigger_api(client: &Client) -> Api<DynamicObject> {
     let ar = ApiResource::erase::<NatsTrigger>(&());
@@ -67,8 +27,10 @@ fn trigger_api(client: &Client) -> Api<DynamicObject> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_malformed_trigger_costs_only_itself() {
     let nats_server = NatsServer::start();
-    let dir = tempfile::tempdir().unwrap();
-    let (_cluster, client) = cluster_with_loose_trigger_crd(&dir.path().join("state")).await;
+    let loose =
+        kubeless_testkit::loosened_crd::<NatsTrigger>("maxInFlight", json!({"type": "integer"}));
+    let c = TestCluster::with_crd(loose).await;
+    let client = c.client.clone();
     let f1 = RecordingFunction::echo().await;
     register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
     create_trigger(

@@ -11,10 +11,29 @@ use futures::StreamExt;
 use serde_json::json;
 use support::*;
 
+/// A client of the test's nats-server.
+async fn nats_client(server: &NatsServer) -> async_nats::Client {
+    async_nats::connect(&server.url).await.unwrap()
+}
+
+/// The uid of the NATSTrigger `name`.
+async fn trigger_uid(client: &kube::Client, name: &str) -> Option<String> {
+    kube::Api::<kubeless_api::NatsTrigger>::namespaced(client.clone(), NS)
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fan_out_to_two_functions_with_two_replicas() {
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let f1 = RecordingFunction::echo().await;
     let f2 = RecordingFunction::echo().await;
     let other = RecordingFunction::echo().await;
@@ -129,7 +148,11 @@ async fn fan_out_to_two_functions_with_two_replicas() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_reply_round_trip() {
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let upper = RecordingFunction::start(|_, body, _| {
         Reply::text(200, String::from_utf8_lossy(body).to_uppercase())
     })
@@ -195,7 +218,11 @@ async fn request_reply_round_trip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jetstream_redelivers_after_the_trigger_is_killed() {
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     // The first call hangs (the trigger dies during it); later calls succeed.
     let f = RecordingFunction::start(|_, _, attempt| {
         if attempt == 1 {
@@ -281,7 +308,11 @@ async fn jetstream_redelivers_after_the_trigger_is_killed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failing_messages_go_to_the_dead_letter_subject() {
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let failing = RecordingFunction::start(|_, _, _| Reply::text(500, "boom")).await;
     let failing_core = RecordingFunction::start(|_, _, _| Reply::text(500, "boom")).await;
     register_function(&client, "fails", json!({"dl": "js"}), "5", failing.addr).await;
@@ -399,7 +430,15 @@ async fn failing_messages_go_to_the_dead_letter_subject() {
                 &format!("a {reason} Event on {trigger}"),
                 Duration::from_secs(20),
                 || async {
-                    let ev = trigger_events(&client, "NATSTrigger", trigger, reason).await;
+                    let ev = kubeless_service::events::events_about(
+                        &client,
+                        NS,
+                        "NATSTrigger",
+                        trigger,
+                        reason,
+                    )
+                    .await
+                    .unwrap();
                     (!ev.is_empty()).then_some(ev)
                 },
             )
@@ -438,7 +477,11 @@ async fn failing_messages_go_to_the_dead_letter_subject() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_stream_is_reported() {
     let nats_server = NatsServer::start();
-    let (cluster, client, _dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
     let f = RecordingFunction::echo().await;
     register_function(&client, "f", json!({"x": "y"}), "5", f.addr).await;
     create_trigger(

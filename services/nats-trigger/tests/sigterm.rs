@@ -43,7 +43,11 @@ fn closed_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_promptly_with_nats_up_or_unreachable() {
-    let (cluster, client, dir) = cluster(None).await;
+    let TestCluster {
+        cluster,
+        client,
+        dir,
+    } = TestCluster::start(None).await;
     let f1 = RecordingFunction::echo().await;
     register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
     create_trigger(

@@ -138,6 +138,67 @@ impl Tansu {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Creates the topic `name` with `partitions` partitions (tansu does not create topics on
+    /// produce).
+    #[cfg(feature = "kafka")]
+    pub async fn create_topic(&self, name: &str, partitions: i32) {
+        use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+        let admin: AdminClient<rdkafka::client::DefaultClientContext> =
+            rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", &self.addr)
+                .create()
+                .unwrap();
+        let topic = NewTopic::new(name, partitions, TopicReplication::Fixed(1));
+        for r in admin
+            .create_topics(&[topic], &AdminOptions::new())
+            .await
+            .unwrap()
+        {
+            r.unwrap();
+        }
+    }
+
+    /// A producer of this broker (5 ms linger).
+    #[cfg(feature = "kafka")]
+    pub fn producer(&self) -> rdkafka::producer::FutureProducer {
+        rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &self.addr)
+            .set("linger.ms", "5")
+            .create()
+            .unwrap()
+    }
+}
+
+/// Produces one record to `partition` of `topic` and waits for the broker's ack.
+#[cfg(feature = "kafka")]
+pub async fn produce(
+    p: &rdkafka::producer::FutureProducer,
+    topic: &str,
+    partition: i32,
+    key: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let mut h = OwnedHeaders::new();
+    for (k, v) in headers {
+        h = h.insert(Header {
+            key: k,
+            value: Some(v.as_bytes()),
+        });
+    }
+    p.send(
+        rdkafka::producer::FutureRecord::to(topic)
+            .partition(partition)
+            .key(key)
+            .payload(body)
+            .headers(h),
+        Duration::from_secs(10),
+    )
+    .await
+    .map_err(|(e, _)| e)
+    .unwrap();
 }
 
 impl Drop for Tansu {
@@ -290,6 +351,32 @@ pub async fn create_stream(k: &aws_sdk_kinesis::Client, name: &str, shards: i32)
         (s.stream_description_summary()?.stream_status() == &StreamStatus::Active).then_some(())
     })
     .await;
+}
+
+/// Puts one record; returns its shard id and sequence number.
+#[cfg(feature = "kinesis")]
+pub async fn put_record(
+    k: &aws_sdk_kinesis::Client,
+    stream: &str,
+    key: &str,
+    body: &str,
+) -> (String, String) {
+    let o = k
+        .put_record()
+        .stream_name(stream)
+        .partition_key(key)
+        .data(aws_sdk_kinesis::primitives::Blob::new(
+            body.as_bytes().to_vec(),
+        ))
+        .send()
+        .await
+        .unwrap();
+    (o.shard_id().to_string(), o.sequence_number().to_string())
+}
+
+/// Whether Kinesis sequence number `a` comes before `b` (decimal strings of up to 128 bits).
+pub fn seq_less(a: &str, b: &str) -> bool {
+    (a.len(), a) < (b.len(), b)
 }
 
 /// Every record's data in every shard of `stream`, from TRIM_HORIZON, shard after shard (at most

@@ -3,13 +3,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kubeless_api::Function;
 use serde_json::{Value, json};
+
+use crate::ServiceProcess;
 
 /// The namespace the fixtures use.
 pub const NS: &str = "default";
@@ -43,13 +45,44 @@ impl Drop for TestDir {
 impl TestCluster {
     /// The API server only (no pod runner) when `images` is `None`.
     pub async fn start(images: Option<PathBuf>) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), images).await
+    }
+
+    /// With the pod runner, running images as local processes from the repository's image map
+    /// ([`image_map`](crate::image_map), written into the cluster's folder) with the binaries of
+    /// this target dir, `needs` among them (`kubeless-runtime` for a
+    /// [`PythonFunction`](crate::PythonFunction)).
+    pub async fn with_pods(needs: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        let images = crate::image_map(dir.path(), needs);
+        Self::start_in(dir, Some(images)).await
+    }
+
+    /// The API server only, with `crd` installed in place of the project's CRD of the same
+    /// name (a [`loosened_crd`]).
+    pub async fn with_crd(crd: CustomResourceDefinition) -> Self {
+        Self::start_with(tempfile::tempdir().unwrap(), None, Some(crd)).await
+    }
+
+    async fn start_in(dir: tempfile::TempDir, images: Option<PathBuf>) -> Self {
+        Self::start_with(dir, images, None).await
+    }
+
+    async fn start_with(
+        dir: tempfile::TempDir,
+        images: Option<PathBuf>,
+        replace: Option<CustomResourceDefinition>,
+    ) -> Self {
         let mut options = devcluster::Options::for_tests(dir.path().join("state"));
         options.images_dir = images;
         let cluster = devcluster::DevCluster::start(options).await.unwrap();
         let client = cluster.client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in kubeless_api::all() {
+            let crd = match &replace {
+                Some(r) if r.metadata.name == crd.metadata.name => r.clone(),
+                _ => crd,
+            };
             crds.create(&PostParams::default(), &crd).await.unwrap();
         }
         Self {
@@ -64,9 +97,45 @@ impl TestCluster {
         self.cluster.kubeconfig_path().display().to_string()
     }
 
+    /// The service binary `bin` as a process of this cluster: its kubeconfig, an admin server on
+    /// a free port, info logs, and `env` besides; it logs to `<dir>/<bin>.log` (appended to by
+    /// each start).
+    pub fn start_service(&self, bin: &str, env: &[(&str, String)]) -> ServiceProcess {
+        let mut all = vec![
+            ("KUBECONFIG", self.kubeconfig()),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".to_string()),
+            ("KUBELESS_LOG_LEVEL", "info".to_string()),
+        ];
+        all.extend_from_slice(env);
+        ServiceProcess::start(bin, self.dir.path(), bin, &all)
+    }
+
     pub async fn shutdown(self) {
         self.cluster.shutdown().await;
     }
+}
+
+/// The CRD of `K` with the schema of `spec.<field>` replaced by `schema` and the spec's CEL
+/// rules (which may refer to the field) dropped: what an older, looser CRD version would have.
+/// A real API server keeps serving objects stored under such a version, so with it a test
+/// stores an object today's CRD refuses, however strict devcluster's validation becomes.
+pub fn loosened_crd<K: kube::CustomResourceExt>(
+    field: &str,
+    schema: Value,
+) -> CustomResourceDefinition {
+    let mut v = serde_json::to_value(kubeless_api::crd::<K>()).unwrap();
+    for version in v["spec"]["versions"].as_array_mut().unwrap() {
+        let spec = &mut version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert!(
+            spec["properties"].get(field).is_some(),
+            "{field} not in the schema"
+        );
+        spec["properties"][field] = schema.clone();
+        if let Some(o) = spec.as_object_mut() {
+            o.remove("x-kubernetes-validations");
+        }
+    }
+    serde_json::from_value(v).unwrap()
 }
 
 /// A Function object (`labels` a JSON object, `timeout` in seconds as Kubeless writes it) plus
@@ -106,6 +175,66 @@ pub async fn register_function(
     }))
     .unwrap();
     slices.create(&PostParams::default(), &slice).await.unwrap();
+}
+
+/// The Secret `name` with the AWS keys a KinesisTrigger's `secret` names: dummy values, which
+/// moto accepts.
+pub async fn create_aws_secret(client: &Client, name: &str) {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        // base64 of AKIDTEST and secret.
+        "data": {"aws_access_key_id": "QUtJRFRFU1Q=", "aws_secret_access_key": "c2VjcmV0"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// A namespaced API object that [`create`] and [`wait_ready`] handle (typed objects: the
+/// Kubernetes kinds and ours).
+pub trait Namespaced:
+    kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::Serialize
+    + serde::de::DeserializeOwned
+{
+}
+
+impl<K> Namespaced for K where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+{
+}
+
+/// Creates `object` in [`NS`]; what the API server made of it.
+pub async fn create<K: Namespaced>(client: &Client, object: &K) -> K {
+    Api::<K>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), object)
+        .await
+        .unwrap_or_else(|e| panic!("creating {object:?}: {e}"))
+}
+
+/// Waits (60 s at most) until the object `name` of kind `K` in [`NS`] has the condition
+/// Ready=True (a trigger's status); returns it.
+pub async fn wait_ready<K: Namespaced>(client: &Client, name: &str) -> K {
+    let api: Api<K> = Api::namespaced(client.clone(), NS);
+    let what = format!("{} {name} Ready", K::kind(&()));
+    crate::eventually(&what, std::time::Duration::from_secs(60), || async {
+        let object = api.get(name).await.ok()?;
+        let v = serde_json::to_value(&object).ok()?;
+        let ready = v["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        ready.then_some(object)
+    })
+    .await
 }
 
 /// Waits (30 s at most) until the `kind` object `name` in [`NS`] reads through `api` with

@@ -21,6 +21,8 @@ use tokio_util::sync::CancellationToken;
 use crate::metrics::{PairMetrics, TriggerMetrics, outcome};
 use crate::service::Parts;
 
+/// Pause before the next round for a function with scale to zero whose endpoint was gone.
+const UNAVAILABLE_PAUSE: Duration = Duration::from_millis(100);
 /// First wait between dead-letter write attempts.
 const DEAD_LETTER_FIRST_WAIT: Duration = Duration::from_millis(500);
 
@@ -158,6 +160,18 @@ impl Delivery<'_> {
             }
             if !function_unavailable(&o) {
                 break o;
+            }
+            if let Some(a) = self.activity
+                && a.state(&self.target.namespace, &self.target.name)
+                    != kubeless_api::scale::ScaleState::Off
+            {
+                // Scale to zero: the function is scaling down (or waking) and this trigger has
+                // not seen it yet. Nothing reached it; the next round holds for the wake.
+                tokio::select! {
+                    _ = tokio::time::sleep(UNAVAILABLE_PAUSE) => {}
+                    _ = cancel.cancelled() => return None,
+                }
+                continue;
             }
             unavailable_rounds += 1;
             if unavailable_rounds == 1 || unavailable_rounds.is_multiple_of(10) {

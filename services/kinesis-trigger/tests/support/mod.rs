@@ -1,37 +1,26 @@
-//! Shared by the integration tests: the testkit fixtures (moto, devcluster, local recording
-//! functions registered through EndpointSlices), Kinesis helpers, and the trigger service
-//! started in process.
+//! Shared by the service's tests: the testkit fixtures (moto, devcluster, local recording
+//! functions registered through EndpointSlices, Kinesis clients), the trigger's own objects and
+//! status, and the trigger service started in process.
 #![allow(dead_code, unused_imports)]
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use aws_sdk_kinesis::Client as KinesisClient;
-use aws_sdk_kinesis::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::ShardIteratorType;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kinesis_trigger::{Polling, Resolution, Running, Settings, Timing};
 use kube::Client;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, PostParams};
 use kubeless_api::{KinesisTrigger, KinesisTriggerSpec};
 pub use kubeless_testkit::{
-    Moto, NS, Received, RecordingFunction, Reply, TestCluster, TestDir, eventually,
+    Moto, NS, Received, RecordingFunction, Reply, TestCluster, create_aws_secret, eventually,
+    put_record, read_stream, seq_less,
 };
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The region of the test clients and triggers.
 pub const REGION: &str = kubeless_testkit::MOTO_REGION;
-
-// ------------------------------------------------------------------ moto
-
-/// A Kinesis client of the test's moto_server.
-pub fn kinesis_client(moto: &Moto) -> KinesisClient {
-    moto.kinesis()
-}
 
 /// Creates an ACTIVE stream (testkit) and returns its shard ids.
 pub async fn create_stream(k: &KinesisClient, name: &str, shards: i32) -> Vec<String> {
@@ -47,77 +36,10 @@ pub async fn shard_ids(k: &KinesisClient, stream: &str) -> Vec<String> {
         .collect()
 }
 
-/// Puts one record; returns (shard id, sequence number).
-pub async fn put(k: &KinesisClient, stream: &str, key: &str, body: &str) -> (String, String) {
-    let o = k
-        .put_record()
-        .stream_name(stream)
-        .partition_key(key)
-        .data(Blob::new(body.as_bytes().to_vec()))
-        .send()
-        .await
-        .unwrap();
-    (o.shard_id().to_string(), o.sequence_number().to_string())
-}
-
-/// Every record of every shard of `stream`, from TRIM_HORIZON (testkit).
-pub async fn read_all(k: &KinesisClient, stream: &str) -> Vec<Vec<u8>> {
-    kubeless_testkit::read_stream(k, stream).await
-}
-
-/// Compares Kinesis sequence numbers (decimal strings of up to 128 bits).
-pub fn seq_less(a: &str, b: &str) -> bool {
-    (a.len(), a) < (b.len(), b)
-}
-
-/// devcluster with the CRDs (testkit), split into the parts these tests use.
-pub async fn cluster(images: Option<PathBuf>) -> (devcluster::DevCluster, Client, TestDir) {
-    let tc = TestCluster::start(images).await;
-    (tc.cluster, tc.client, tc.dir)
-}
-
 /// A Function object with no labels (a KinesisTrigger names its function), reached through an
 /// EndpointSlice pointing at `addr`.
 pub async fn register_function(client: &Client, name: &str, addr: SocketAddr) {
     kubeless_testkit::register_function(client, name, serde_json::json!({}), "5", addr).await;
-}
-
-pub async fn create_dynamic(
-    client: &Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-    v: serde_json::Value,
-) {
-    let ar = kube::api::ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    let obj: DynamicObject = serde_json::from_value(v).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
-
-/// The AWS keys Secret (dummy values; moto accepts any).
-pub async fn create_aws_secret(client: &Client, name: &str) {
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        // base64 of AKIDTEST and secret (devcluster does not turn stringData into data).
-        "data": {"aws_access_key_id": "QUtJRFRFU1Q=", "aws_secret_access_key": "c2VjcmV0"}
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
 }
 
 pub async fn create_trigger(client: &Client, name: &str, spec: serde_json::Value) {

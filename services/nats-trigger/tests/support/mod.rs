@@ -1,55 +1,19 @@
-//! Shared by the integration tests: the testkit fixtures (a real nats-server, devcluster, local
-//! recording functions registered through EndpointSlices) and the trigger service started in
-//! process.
+//! Shared by the service's tests: the testkit fixtures (a real nats-server, devcluster, local
+//! recording functions registered through EndpointSlices), the trigger's own objects and status,
+//! and the trigger service started in process.
 #![allow(dead_code, unused_imports)]
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, PostParams};
-use kube::{Client, ResourceExt};
+use kube::Client;
+use kube::api::{Api, PostParams};
 use kubeless_api::{NatsTrigger, NatsTriggerSpec};
 pub use kubeless_testkit::{
-    NS, NatsServer, Received, RecordingFunction, Reply, TestCluster, TestDir, eventually,
-    register_function, signal,
+    NS, NatsServer, Received, RecordingFunction, Reply, TestCluster, eventually, register_function,
+    signal,
 };
 use nats_trigger::{Resolution, Running, Settings};
 use tokio_util::sync::CancellationToken;
-
-/// A client of the test's nats-server.
-pub async fn nats_client(server: &NatsServer) -> async_nats::Client {
-    async_nats::connect(&server.url).await.unwrap()
-}
-
-/// devcluster with the CRDs (testkit), split into the parts these tests use.
-pub async fn cluster(images: Option<PathBuf>) -> (devcluster::DevCluster, Client, TestDir) {
-    let tc = TestCluster::start(images).await;
-    (tc.cluster, tc.client, tc.dir)
-}
-
-pub async fn create_dynamic(
-    client: &Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-    v: serde_json::Value,
-) {
-    let ar = kube::api::ApiResource {
-        group: group.into(),
-        version: version.into(),
-        api_version: if group.is_empty() {
-            version.into()
-        } else {
-            format!("{group}/{version}")
-        },
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    let obj: DynamicObject = serde_json::from_value(v).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
 
 pub async fn create_trigger(
     client: &Client,
@@ -164,35 +128,4 @@ pub async fn wait_ready(client: &Client, name: &str) -> kubeless_api::NatsTrigge
         },
     )
     .await
-}
-
-pub fn name_of(t: &NatsTrigger) -> String {
-    t.name_any()
-}
-
-/// The Events of `reason` about the trigger `name` of `kind`, oldest first.
-pub async fn trigger_events(
-    client: &Client,
-    kind: &str,
-    name: &str,
-    reason: &str,
-) -> Vec<k8s_openapi::api::events::v1::Event> {
-    kubeless_service::events::events_about(client, NS, kind, name, reason)
-        .await
-        .unwrap()
-}
-
-/// How many occurrences the rate-limited Events stand for (a summary note counts several).
-pub fn occurrences(events: &[k8s_openapi::api::events::v1::Event]) -> u64 {
-    kubeless_service::events::total_occurrences(events)
-}
-
-/// The uid of the NATSTrigger `name`.
-pub async fn trigger_uid(client: &Client, name: &str) -> Option<String> {
-    Api::<NatsTrigger>::namespaced(client.clone(), NS)
-        .get(name)
-        .await
-        .unwrap()
-        .metadata
-        .uid
 }

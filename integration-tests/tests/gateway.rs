@@ -1,5 +1,7 @@
-//! End to end on devcluster: a real Python function pod (kubeless-runtime), the controller
-//! writing Ingresses and status, and the built-in gateway serving the triggers over HTTP.
+//! The http-trigger-controller end to end on devcluster: a real Python function pod
+//! (kubeless-runtime), the controller in-process writing Ingresses and status, and its built-in
+//! gateway serving the triggers over HTTP. Uses the kubeless-runtime binary `cargo build
+//! --workspace --bins` left in this test's target dir.
 #![cfg(test)]
 
 use std::collections::BTreeMap;
@@ -17,15 +19,12 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
 use k8s_openapi::api::networking::v1::Ingress;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
-use kubeless_api::{Function, HttpTrigger, HttpTriggerSpec, conditions};
-use kubeless_testkit::eventually;
-use serde_json::json;
+use kubeless_api::{HttpTrigger, HttpTriggerSpec, conditions};
+use kubeless_testkit::{NS, PythonFunction, TestCluster, eventually, free_port};
 use tokio_util::sync::CancellationToken;
 
-const NS: &str = "default";
 const HANDLER: &str = r#"
 def hello(event, context):
     req = event["extensions"]["request"]
@@ -86,98 +85,6 @@ impl Http {
     async fn get(&self, host: &str, path: &str, headers: &[(&str, &str)]) -> Answer {
         self.send("GET", host, path, headers, "").await
     }
-}
-
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in kubeless_api::all() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
-}
-
-/// A Python function as the function-controller would deploy it: code ConfigMap, Deployment
-/// running kubeless-runtime, Service, and the Function object.
-async fn deploy_function(client: &Client, name: &str, timeout: &str) {
-    // devcluster hands out the same pod addresses to every cluster on the machine, so a fixed
-    // port could collide with another test run's pod. The Service port stays 8080, which also
-    // checks that the gateway follows the targetPort (and the Ingress the Service port).
-    let port = 20000 + std::process::id() % 20000;
-    let apply = |kind: &str, v: serde_json::Value| {
-        let client = client.clone();
-        let kind = kind.to_string();
-        async move {
-            let gvk = match kind.as_str() {
-                "ConfigMap" => ("", "v1", "ConfigMap", "configmaps"),
-                "Deployment" => ("apps", "v1", "Deployment", "deployments"),
-                "Service" => ("", "v1", "Service", "services"),
-                _ => unreachable!(),
-            };
-            let ar = kube::api::ApiResource {
-                group: gvk.0.into(),
-                version: gvk.1.into(),
-                api_version: if gvk.0.is_empty() {
-                    gvk.1.into()
-                } else {
-                    format!("{}/{}", gvk.0, gvk.1)
-                },
-                kind: gvk.2.into(),
-                plural: gvk.3.into(),
-            };
-            let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, NS, &ar);
-            let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
-            api.create(&PostParams::default(), &obj).await.unwrap();
-        }
-    };
-    let labels = json!({"function": name, "created-by": "kubeless"});
-    apply(
-        "ConfigMap",
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "labels": labels},
-               "data": {"handler.py": HANDLER}}),
-    )
-    .await;
-    apply(
-        "Deployment",
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": name, "labels": labels},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"function": name}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                   "containers": [{"name": name, "image": "kubeless-rs/runtime-python:3.11",
-                     "env": [
-                       {"name": "FUNC_HANDLER", "value": "hello"},
-                       {"name": "MOD_NAME", "value": "handler"},
-                       {"name": "FUNC_PORT", "value": port.to_string()},
-                       {"name": "FUNC_RUNTIME", "value": "python3.11"},
-                       {"name": "FUNC_TIMEOUT", "value": timeout},
-                       {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"},
-                       {"name": "KUBELESS_WORKERS", "value": "1"},
-                       {"name": "KUBELESS_LISTEN_ADDRESS",
-                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                     "ports": [{"name": "http", "containerPort": port}],
-                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": port},
-                                        "periodSeconds": 1},
-                     "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
-                   "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
-    )
-    .await;
-    apply(
-        "Service",
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": name, "labels": labels},
-               "spec": {"selector": {"function": name},
-                        "ports": [{"name": "http-function-port", "port": 8080,
-                                   "targetPort": port, "protocol": "TCP"}]}}),
-    )
-    .await;
-    let functions: Api<Function> = Api::namespaced(client.clone(), NS);
-    let f: Function = serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name},
-        "spec": {"runtime": "python3.11", "handler": "handler.hello", "timeout": timeout,
-                 "function": HANDLER}
-    }))
-    .unwrap();
-    functions.create(&PostParams::default(), &f).await.unwrap();
 }
 
 /// What a failing test needs to explain itself: pods, slices and pod logs.
@@ -243,17 +150,16 @@ fn basic(user: &str, pass: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_triggers_through_the_builtin_gateway() {
-    let dir = tempfile::tempdir().unwrap();
-    eprintln!("state in {}", dir.path().display());
-    let mut options = devcluster::Options::for_tests(dir.path().join("state"));
-    options.images_dir = Some(kubeless_testkit::image_map(
-        dir.path(),
-        &["kubeless-runtime"],
-    ));
-    let cluster = devcluster::DevCluster::start(options).await.unwrap();
-    let client = cluster.client().await.unwrap();
-    install_crds(&client).await;
-    deploy_function(&client, "hello", "30").await;
+    let c = TestCluster::with_pods(&["kubeless-runtime"]).await;
+    let client = c.client.clone();
+    // The container port differs from the Service's 8080, which checks that the gateway follows
+    // the targetPort (and the Ingress the Service port). A free port: pods of other clusters on
+    // the machine may listen meanwhile.
+    PythonFunction::new("hello", HANDLER, "hello")
+        .timeout(30)
+        .port(free_port())
+        .deploy(&client)
+        .await;
 
     let token = CancellationToken::new();
     let metrics = kubeless_service::Metrics::new("kubeless");
@@ -311,7 +217,7 @@ async fn http_triggers_through_the_builtin_gateway() {
             break a;
         }
         if Instant::now() > deadline {
-            dump(&client, dir.path()).await;
+            dump(&client, c.dir.path()).await;
             panic!(
                 "the function did not answer through the gateway: {} {}",
                 a.status, a.body
@@ -544,5 +450,5 @@ async fn http_triggers_through_the_builtin_gateway() {
     tokio::time::timeout(Duration::from_secs(40), running.join())
         .await
         .expect("the service stops after shutdown");
-    cluster.shutdown().await;
+    c.shutdown().await;
 }

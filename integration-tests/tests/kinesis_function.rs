@@ -1,16 +1,21 @@
-//! End to end on devcluster with a real Python function pod (kubeless-runtime) and the moto
-//! Kinesis emulator: records of a 2-shard stream reach the function in order per shard, and a
-//! restart resumes from the checkpoint with nothing lost.
+//! Kinesis end to end on devcluster with a real Python function pod (kubeless-runtime), the
+//! kinesis-trigger binary and the moto Kinesis emulator: records of a 2-shard stream reach the
+//! function in order per shard, and a restart (SIGTERM, checkpoints flushed) resumes from the
+//! checkpoint with nothing lost and nothing delivered twice. Uses the binaries `cargo build
+//! --workspace --bins` left in this test's target dir and moto_server (scripts/test.sh installs
+//! it).
 #![cfg(test)]
-
-mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
+use kubeless_api::KinesisTrigger;
+use kubeless_testkit::{
+    MOTO_REGION, Moto, PythonFunction, ServiceProcess, TestCluster, create, create_aws_secret,
+    create_stream, eventually, put_record, seq_less, wait_ready,
+};
 use serde_json::json;
-use support::*;
 
 /// Appends what it received to the file named by RECORD_LOG (the pod is a local process), so
 /// the test sees the arrival order.
@@ -32,69 +37,6 @@ def handler(event, context):
         f.write(json.dumps(line) + "\n")
     return "ok"
 "#;
-
-/// What the function-controller would create: code ConfigMap, Deployment running
-/// kubeless-runtime, Service, and the Function object.
-async fn deploy_python_function(client: &kube::Client, name: &str, record_log: &Path) {
-    let labels = json!({"function": name, "created-by": "kubeless"});
-    create_dynamic(
-        client,
-        "",
-        "v1",
-        "ConfigMap",
-        "configmaps",
-        json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": labels},
-        "data": {"consume.py": HANDLER}}),
-    )
-    .await;
-    create_dynamic(
-        client,
-        "apps",
-        "v1",
-        "Deployment",
-        "deployments",
-        json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"function": name}},
-          "template": {"metadata": {"labels": labels}, "spec": {
-            "containers": [{"name": name, "image": "kubeless-rs/runtime-python:3.11",
-              "env": [
-                {"name": "FUNC_HANDLER", "value": "handler"},
-                {"name": "MOD_NAME", "value": "consume"},
-                {"name": "FUNC_PORT", "value": "8080"},
-                {"name": "FUNC_RUNTIME", "value": "python3.11"},
-                {"name": "FUNC_TIMEOUT", "value": "10"},
-                {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"},
-                {"name": "KUBELESS_WORKERS", "value": "1"},
-                {"name": "RECORD_LOG", "value": record_log.to_string_lossy()},
-                {"name": "KUBELESS_LISTEN_ADDRESS",
-                 "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-              "ports": [{"name": "http", "containerPort": 8080}],
-              "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1},
-              "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
-            "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
-    )
-    .await;
-    create_dynamic(client, "", "v1", "Service", "services", json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"selector": {"function": name},
-                 "ports": [{"name": "http-function-port", "port": 8080, "targetPort": 8080, "protocol": "TCP"}]}})).await;
-    let functions: kube::Api<kubeless_api::Function> = kube::Api::namespaced(client.clone(), NS);
-    let f: kubeless_api::Function = serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"runtime": "python3.11", "handler": "consume.handler", "timeout": "10", "function": HANDLER}
-    }))
-    .unwrap();
-    functions
-        .create(&kube::api::PostParams::default(), &f)
-        .await
-        .unwrap();
-}
 
 /// Lines the function wrote, in arrival order.
 fn arrivals(path: &Path) -> Vec<serde_json::Value> {
@@ -147,48 +89,68 @@ fn assert_ordered(lines: &[serde_json::Value]) -> usize {
 async fn put_round(k: &aws_sdk_kinesis::Client, round: usize) -> BTreeSet<String> {
     let mut shards = BTreeSet::new();
     for key in ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot"] {
-        let (shard, _) = put(
-            k,
-            "readings",
-            key,
-            &json!({"key": key, "n": round}).to_string(),
-        )
-        .await;
+        let body = json!({"key": key, "n": round}).to_string();
+        let (shard, _) = put_record(k, "readings", key, &body).await;
         shards.insert(shard);
     }
     shards
 }
 
+/// The trigger with fast timing for tests (the limits still hold: 200 ms between GetRecords
+/// per shard).
+fn start_trigger(c: &TestCluster) -> ServiceProcess {
+    let env = [
+        ("KUBELESS_KINESIS_POLL_INTERVAL_MS", "200"),
+        ("KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS", "200"),
+        ("KUBELESS_KINESIS_RECORDS_LIMIT", "100"),
+        ("KUBELESS_KINESIS_LIST_SHARDS_SECONDS", "1"),
+        ("KUBELESS_KINESIS_CHECKPOINT_INTERVAL_MS", "200"),
+        ("KUBELESS_RESYNC_SECONDS", "2"),
+    ];
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+    c.start_service("kinesis-trigger", &env)
+}
+
+/// Graceful stop: readers cancelled, checkpoints flushed.
+fn stop(trigger: ServiceProcess) {
+    tokio::task::block_in_place(|| trigger.terminate(Duration::from_secs(20)))
+        .expect("kinesis-trigger stopped in time");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart() {
     let moto = Moto::start();
-    let k = kinesis_client(&moto);
+    let k = moto.kinesis();
     create_stream(&k, "readings", 2).await;
-    let dir = tempfile::tempdir().unwrap();
-    let record_log = dir.path().join("arrivals.jsonl");
-    let images = kubeless_testkit::image_map(dir.path(), &["kubeless-runtime"]);
-    let (cluster, client, _state) = cluster(Some(images)).await;
-    deploy_python_function(&client, "reader", &record_log).await;
-    create_aws_secret(&client, "aws").await;
+    let c = TestCluster::with_pods(&["kubeless-runtime"]).await;
+    let record_log = c.dir.path().join("arrivals.jsonl");
+    PythonFunction::new("reader", HANDLER, "handler")
+        .env("RECORD_LOG", record_log.to_string_lossy())
+        .deploy(&c.client)
+        .await;
+    create_aws_secret(&c.client, "aws").await;
     let mut shards = BTreeSet::new();
     for round in 1..=3 {
         shards.extend(put_round(&k, round).await);
     }
     assert_eq!(shards.len(), 2, "the keys land on both shards");
-    create_trigger(&client, "readings", json!({
-        "function-name": "reader", "stream": "readings", "secret": "aws", "endpoint": moto.endpoint,
-        "aws-region": REGION, "startingPosition": "TRIM_HORIZON"
+    let trigger: KinesisTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "KinesisTrigger",
+        "metadata": {"name": "readings"},
+        "spec": {"function-name": "reader", "stream": "readings", "secret": "aws",
+                 "endpoint": moto.endpoint, "aws-region": MOTO_REGION,
+                 "startingPosition": "TRIM_HORIZON"}
     }))
-    .await;
-    let replica = Replica::start(&client).await;
-    wait_ready(&client, "readings").await;
+    .unwrap();
+    create(&c.client, &trigger).await;
+    let trigger = start_trigger(&c);
+    wait_ready::<KinesisTrigger>(&c.client, "readings").await;
     // Delivery waits (in order) until the pod is ready; bounded by the deadline.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while distinct(&arrivals(&record_log)).len() < 18 {
         if std::time::Instant::now() > deadline {
-            let m = replica.metrics_text();
             let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
-                kube::Api::namespaced(client.clone(), NS);
+                kube::Api::namespaced(c.client.clone(), kubeless_testkit::NS);
             let mut logs = String::new();
             for p in pods.list(&Default::default()).await.unwrap() {
                 let name = p.metadata.name.clone().unwrap();
@@ -200,12 +162,9 @@ async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart
                 );
             }
             panic!(
-                "timed out: {} arrivals; metrics:\n{}\npod logs:\n{logs}",
+                "timed out: {} arrivals; kinesis-trigger log:\n{}\npod logs:\n{logs}",
                 arrivals(&record_log).len(),
-                m.lines()
-                    .filter(|l| l.contains("deliveries") || l.contains("get_records"))
-                    .collect::<Vec<_>>()
-                    .join("\n")
+                trigger.log_tail(40)
             );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -219,11 +178,11 @@ async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart
     );
 
     // Restart: stop the trigger, write more, start again: all new records, no re-delivery.
-    replica.stop().await;
+    stop(trigger);
     for round in 4..=5 {
         put_round(&k, round).await;
     }
-    let replica = Replica::start(&client).await;
+    let trigger = start_trigger(&c);
     eventually("30 records in the pod", Duration::from_secs(60), || async {
         (distinct(&arrivals(&record_log)).len() == 30).then_some(())
     })
@@ -236,6 +195,6 @@ async fn records_reach_a_real_python_function_pod_in_order_and_survive_a_restart
         30,
         "resumed after the checkpoint: nothing delivered twice"
     );
-    replica.stop().await;
-    cluster.shutdown().await;
+    stop(trigger);
+    c.shutdown().await;
 }

@@ -1,5 +1,7 @@
-//! End to end on devcluster: real Python function pods (kubeless-runtime), the controller
-//! in-process, and in CronJob mode real Jobs running kubeless-cron-invoker as local processes.
+//! The cronjob-trigger-controller end to end on devcluster: real Python function pods
+//! (kubeless-runtime), the controller in-process, and in CronJob mode real Jobs running
+//! kubeless-cron-invoker as local processes (binaries `cargo build --workspace --bins` left in
+//! this test's target dir).
 //!
 //! * CronJob mode: the CronJob is built as expected, devcluster fires it at the next minute
 //!   boundary (bounded wait), the function receives the payload by POST with the Kubeless
@@ -18,16 +20,14 @@ use cronjob_trigger_controller::{Settings, cronjob::BuilderConfig, invoker::Reso
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event as KubeEvent;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, LogParams, PostParams};
 use kube::{Api, Client};
+use kubeless_api::CronJobTrigger;
 use kubeless_api::conditions::{READY, find_condition};
-use kubeless_api::{CronJobTrigger, Function};
-use kubeless_testkit::eventually;
+use kubeless_testkit::{NS, PythonFunction, TestCluster, eventually};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-const NS: &str = "default";
 const HANDLER: &str = r#"
 import json
 
@@ -53,95 +53,21 @@ def broken(event, context):
     return ("boom", 500)
 "#;
 
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in kubeless_api::all() {
-        crds.create(&PostParams::default(), &crd).await.unwrap();
-    }
+/// A Python function `name` with the entry point `handler` of [`HANDLER`], as the
+/// function-controller would deploy it.
+fn function(name: &str, handler: &str) -> PythonFunction {
+    PythonFunction::new(name, HANDLER, handler)
 }
 
-async fn create_dynamic(client: &Client, gvk: (&str, &str, &str, &str), v: Value) {
-    let ar = kube::api::ApiResource {
-        group: gvk.0.into(),
-        version: gvk.1.into(),
-        api_version: if gvk.0.is_empty() {
-            gvk.1.into()
-        } else {
-            format!("{}/{}", gvk.0, gvk.1)
-        },
-        kind: gvk.2.into(),
-        plural: gvk.3.into(),
-    };
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);
-    let obj: kube::api::DynamicObject = serde_json::from_value(v).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap();
-}
-
-async fn create_function_object(client: &Client, name: &str, handler: &str) {
-    let functions: Api<Function> = Api::namespaced(client.clone(), NS);
-    let f: Function = serde_json::from_value(json!({
-        "apiVersion": "kubeless.io/v1beta1", "kind": "Function",
-        "metadata": {"name": name},
-        "spec": {"runtime": "python3.11", "handler": format!("handler.{handler}"),
-                 "timeout": "10", "function": HANDLER}
-    }))
-    .unwrap();
-    functions.create(&PostParams::default(), &f).await.unwrap();
-}
-
-/// A Python function as the function-controller would deploy it: code ConfigMap, Deployment
-/// running kubeless-runtime, Service, and the Function object.
+/// The function's pod, with its worker sockets in `sockets`: pod folders are deep, and worker
+/// sockets need a path shorter than SUN_LEN.
 async fn deploy_function(client: &Client, name: &str, handler: &str, sockets: &Path) {
-    // Pod folders are deep; worker sockets need a path shorter than SUN_LEN.
     let socket_dir = sockets.join(name);
     std::fs::create_dir_all(&socket_dir).unwrap();
-    let socket_dir = socket_dir.to_string_lossy().into_owned();
-    let labels = json!({"function": name, "created-by": "kubeless"});
-    create_dynamic(
-        client,
-        ("", "v1", "ConfigMap", "configmaps"),
-        json!({"apiVersion": "v1", "kind": "ConfigMap",
-               "metadata": {"name": name, "labels": labels},
-               "data": {"handler.py": HANDLER}}),
-    )
-    .await;
-    create_dynamic(
-        client,
-        ("apps", "v1", "Deployment", "deployments"),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": name, "labels": labels},
-               "spec": {"replicas": 1, "selector": {"matchLabels": {"function": name}},
-                 "template": {"metadata": {"labels": labels}, "spec": {
-                   "containers": [{"name": name, "image": "kubeless-rs/runtime-python:3.11",
-                     "env": [
-                       {"name": "FUNC_HANDLER", "value": handler},
-                       {"name": "MOD_NAME", "value": "handler"},
-                       {"name": "FUNC_PORT", "value": "8080"},
-                       {"name": "FUNC_RUNTIME", "value": "python3.11"},
-                       {"name": "FUNC_TIMEOUT", "value": "10"},
-                       {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"},
-                       {"name": "KUBELESS_WORKERS", "value": "1"},
-                       {"name": "KUBELESS_SOCKET_DIR", "value": socket_dir},
-                       {"name": "KUBELESS_LISTEN_ADDRESS",
-                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
-                     "ports": [{"name": "http", "containerPort": 8080}],
-                     "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080},
-                                        "periodSeconds": 1},
-                     "volumeMounts": [{"name": "code", "mountPath": "/kubeless"}]}],
-                   "volumes": [{"name": "code", "configMap": {"name": name}}]}}}}),
-    )
-    .await;
-    create_dynamic(
-        client,
-        ("", "v1", "Service", "services"),
-        json!({"apiVersion": "v1", "kind": "Service",
-               "metadata": {"name": name, "labels": labels},
-               "spec": {"selector": {"function": name},
-                        "ports": [{"name": "http-function-port", "port": 8080,
-                                   "targetPort": 8080, "protocol": "TCP"}]}}),
-    )
-    .await;
-    create_function_object(client, name, handler).await;
+    function(name, handler)
+        .env("KUBELESS_SOCKET_DIR", socket_dir.to_string_lossy())
+        .deploy(client)
+        .await;
 }
 
 async fn create_trigger(client: &Client, name: &str, spec: Value) {
@@ -236,19 +162,23 @@ async fn events_for(client: &Client, name: &str) -> Vec<KubeEvent> {
         .collect()
 }
 
-async fn start_cluster(dir: &Path) -> (devcluster::DevCluster, Client) {
+/// devcluster with the pod runner and the functions `echo` and `broken` (answering 500); the
+/// folder of their worker sockets, to keep while they run.
+async fn start_cluster() -> (TestCluster, tempfile::TempDir) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(
             std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
         ))
         .with_test_writer()
         .try_init();
-    let mut options = devcluster::Options::for_tests(dir.join("state"));
-    options.images_dir = Some(kubeless_testkit::image_map(dir, &["kubeless-runtime"]));
-    let cluster = devcluster::DevCluster::start(options).await.unwrap();
-    let client = cluster.client().await.unwrap();
-    install_crds(&client).await;
-    (cluster, client)
+    let c = TestCluster::with_pods(&["kubeless-runtime", "kubeless-cron-invoker"]).await;
+    let sockets = tempfile::Builder::new()
+        .prefix("cj")
+        .tempdir_in("/tmp")
+        .unwrap();
+    deploy_function(&c.client, "echo", "echo", sockets.path()).await;
+    deploy_function(&c.client, "broken", "broken", sockets.path()).await;
+    (c, sockets)
 }
 
 fn check_received_payload(seen: &Value, payload: &Value) {
@@ -283,25 +213,15 @@ fn kubeless_event_time(s: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cronjob_mode_runs_jobs_on_schedule() {
-    let dir = tempfile::tempdir().unwrap();
-    eprintln!("state in {}", dir.path().display());
-    let (cluster, client) = start_cluster(dir.path()).await;
-    let sockets = tempfile::Builder::new()
-        .prefix("cj")
-        .tempdir_in("/tmp")
-        .unwrap();
-    deploy_function(&client, "echo", "echo", sockets.path()).await;
-    deploy_function(&client, "broken", "broken", sockets.path()).await;
+    let (c, _sockets) = start_cluster().await;
+    let client = c.client.clone();
 
     let token = CancellationToken::new();
     let metrics = kubeless_service::Metrics::new("kubeless");
     // No cluster DNS on devcluster: the invoker reads EndpointSlices with devcluster's kubeconfig.
     let cfg = BuilderConfig {
         resolver: ResolverKind::Endpointslices,
-        extra_env: vec![(
-            "KUBECONFIG".into(),
-            cluster.kubeconfig_path().to_string_lossy().into_owned(),
-        )],
+        extra_env: vec![("KUBECONFIG".into(), c.kubeconfig())],
         ..BuilderConfig::default()
     };
     let running = run(
@@ -394,7 +314,7 @@ async fn cronjob_mode_runs_jobs_on_schedule() {
     )
     .await;
     // A function created later makes the trigger Ready.
-    create_function_object(&client, "late", "echo").await;
+    function("late", "echo").create_function(&client).await;
     wait_ready(&client, "early", "True", "Reconciled").await;
     assert!(cronjobs.get_opt("trigger-early").await.unwrap().is_some());
 
@@ -529,20 +449,13 @@ async fn cronjob_mode_runs_jobs_on_schedule() {
 
     token.cancel();
     running.join().await;
-    cluster.shutdown().await;
+    c.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduler_mode_calls_every_two_seconds() {
-    let dir = tempfile::tempdir().unwrap();
-    eprintln!("state in {}", dir.path().display());
-    let (cluster, client) = start_cluster(dir.path()).await;
-    let sockets = tempfile::Builder::new()
-        .prefix("cj")
-        .tempdir_in("/tmp")
-        .unwrap();
-    deploy_function(&client, "echo", "echo", sockets.path()).await;
-    deploy_function(&client, "broken", "broken", sockets.path()).await;
+    let (c, _sockets) = start_cluster().await;
+    let client = c.client.clone();
 
     let token = CancellationToken::new();
     let metrics = kubeless_service::Metrics::new("kubeless");
@@ -667,5 +580,5 @@ async fn scheduler_mode_calls_every_two_seconds() {
     drop(scheduler);
     token.cancel();
     running.join().await;
-    cluster.shutdown().await;
+    c.shutdown().await;
 }
