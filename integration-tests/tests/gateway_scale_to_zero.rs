@@ -1,4 +1,5 @@
-//! Scale to zero through the built-in gateway on devcluster (API server only). The test plays
+//! Scale to zero through the http-trigger-controller's built-in gateway, in-process, on
+//! devcluster (API server only; the function is a recording server on loopback). The test plays
 //! the function-controller: it marks the Function `ScaledToZero=True` with no ready replica
 //! and an empty EndpointSlice, checks that concurrent requests are held and that the gateway
 //! wrote exactly one wake-up (the `kubeless.io/last-activity` annotation), then scales the
