@@ -60,7 +60,7 @@ pub struct ControllerArgs {
         long = "wake-ahead",
         env = "KUBELESS_CRON_WAKE_AHEAD",
         default_value = "30s",
-        value_parser = parse_wake_ahead
+        value_parser = kubeless_service::duration_flag
     )]
     pub wake_ahead: std::time::Duration,
     /// Image of kubeless-cron-invoker, run by every CronJob's Job.
@@ -134,10 +134,6 @@ pub struct Settings {
     pub cronjobs: Option<BuilderConfig>,
     /// See [`ControllerArgs::wake_ahead`].
     pub wake_ahead: std::time::Duration,
-}
-
-fn parse_wake_ahead(s: &str) -> Result<std::time::Duration, String> {
-    kubeless_api::delivery::parse_duration("--wake-ahead", s).map_err(|e| e.to_string())
 }
 
 impl Settings {

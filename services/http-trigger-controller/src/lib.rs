@@ -72,22 +72,15 @@ pub struct ControllerArgs {
         default_value_t = 10
     )]
     pub secret_cache_seconds: u64,
-    /// Scale to zero: least time between two writes of a running function's activity
-    /// annotation (`kubeless.io/last-activity`), e.g. `10s`, `1m`.
-    #[arg(
-        long = "activity-interval",
-        env = "KUBELESS_ACTIVITY_INTERVAL",
-        default_value = "10s",
-        value_parser = |s: &str| parse_flag_duration("--activity-interval", s)
-    )]
-    pub activity_interval: Duration,
+    #[command(flatten)]
+    pub activity: kubeless_service::ActivityArgs,
     /// Scale to zero: how long the gateway holds a request for a function at zero before it
     /// answers 503, e.g. `60s`, `2m`.
     #[arg(
         long = "wake-timeout",
         env = "KUBELESS_WAKE_TIMEOUT",
         default_value = "60s",
-        value_parser = |s: &str| parse_flag_duration("--wake-timeout", s)
+        value_parser = kubeless_service::duration_flag
     )]
     pub wake_timeout: Duration,
     /// Scale to zero: most requests held for one function at once; more get 503 at once.
@@ -97,11 +90,6 @@ pub struct ControllerArgs {
         default_value_t = 1000
     )]
     pub wake_queue: usize,
-}
-
-/// A flag's Go-style duration (`500ms`, `10s`, `1m30s`).
-fn parse_flag_duration(flag: &'static str, s: &str) -> Result<Duration, String> {
-    kubeless_api::delivery::parse_duration(flag, s).map_err(|e| e.to_string())
 }
 
 /// The whole command line.
@@ -169,7 +157,7 @@ impl Settings {
             gateway,
             gateway_addr,
             secret_cache_seconds,
-            activity_interval,
+            activity,
             wake_timeout,
             wake_queue,
         } = args;
@@ -181,7 +169,7 @@ impl Settings {
             instance: std::env::var("POD_NAME").ok().filter(|s| !s.is_empty()),
             lease,
             wake: WakeSettings {
-                activity_interval,
+                activity_interval: activity.activity_interval,
                 timeout: wake_timeout,
                 queue: wake_queue,
             },

@@ -87,7 +87,7 @@ pub struct TriggerArgs {
     #[command(flatten)]
     pub resolution: ResolutionArgs,
     #[command(flatten)]
-    pub activity: kubeless_trigger::ActivityArgs,
+    pub activity: kubeless_service::ActivityArgs,
 }
 
 impl Cli {
@@ -242,10 +242,8 @@ pub async fn run(
     let changed = Arc::new(Notify::new());
     let health = Arc::new(HealthMap::new(Arc::clone(&changed)));
     let control = kubeless_trigger::TriggerMetrics::register_control(metrics, metrics::METRICS);
-    let activity = kubeless_trigger::ActivityArgs {
-        activity_interval: settings.activity_interval,
-    }
-    .activity(&client, control.wakes.clone());
+    let activity =
+        kubeless_trigger::activity(settings.activity_interval, &client, control.wakes.clone());
     let shared = Arc::new(consumer::Shared {
         brokers: settings.brokers.clone(),
         deliverer: Arc::new(deliver::Deliverer {

@@ -51,7 +51,7 @@ pub struct TriggerArgs {
     #[command(flatten)]
     pub resolution: ResolutionArgs,
     #[command(flatten)]
-    pub activity: kubeless_trigger::ActivityArgs,
+    pub activity: kubeless_service::ActivityArgs,
     /// Seconds between full recomputations (retries status writes; watch events trigger one
     /// at once).
     #[arg(
@@ -235,10 +235,11 @@ pub fn run(
         .resolution
         .build(&client, settings.namespace.as_deref());
     let runtime_metrics = kubeless_trigger::TriggerMetrics::register(metrics, metrics::METRICS);
-    let activity = kubeless_trigger::ActivityArgs {
-        activity_interval: settings.activity_interval,
-    }
-    .activity(&client, runtime_metrics.wakes.clone());
+    let activity = kubeless_trigger::activity(
+        settings.activity_interval,
+        &client,
+        runtime_metrics.wakes.clone(),
+    );
     let source = reconciler::KinesisSource {
         shared: trigger::Shared {
             events: kubeless_trigger::controller::throttled_events(

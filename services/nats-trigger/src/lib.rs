@@ -158,10 +158,11 @@ pub fn run(
         .resolution
         .build(&client, settings.namespace.as_deref());
     let trigger_metrics = kubeless_trigger::TriggerMetrics::register(metrics, reconciler::METRICS);
-    let activity = kubeless_trigger::ActivityArgs {
-        activity_interval: settings.activity_interval,
-    }
-    .activity(&client, trigger_metrics.wakes.clone());
+    let activity = kubeless_trigger::activity(
+        settings.activity_interval,
+        &client,
+        trigger_metrics.wakes.clone(),
+    );
     let source = reconciler::NatsSource {
         events: kubeless_trigger::controller::throttled_events(&client, reconciler::FIELD_MANAGER),
         nats,

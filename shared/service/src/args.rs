@@ -293,3 +293,25 @@ mod tests {
         assert!(Cli::try_parse_from(["svc", "--log-format", "xml"]).is_err());
     }
 }
+
+/// A Go-style duration flag (`500ms`, `10s`, `1m30s`), for clap's `value_parser`; clap names
+/// the flag in its error.
+pub fn duration_flag(s: &str) -> Result<std::time::Duration, String> {
+    kubeless_api::delivery::parse_duration("the flag", s).map_err(|e| e.to_string())
+}
+
+/// How a service that calls functions (the gateway, every trigger) records their traffic for
+/// scale to zero (`kubeless_invoke::Activity`).
+#[derive(Debug, Clone, clap::Args)]
+#[group(id = "kubeless-activity-args")]
+pub struct ActivityArgs {
+    /// Scale to zero: least time between two writes of a running function's
+    /// `kubeless.io/last-activity` (a function at zero is woken at once), e.g. `10s`, `1m`.
+    #[arg(
+        long = "activity-interval",
+        env = "KUBELESS_ACTIVITY_INTERVAL",
+        default_value = "10s",
+        value_parser = duration_flag
+    )]
+    pub activity_interval: std::time::Duration,
+}

@@ -16,7 +16,7 @@ pub mod shutdown;
 pub mod telemetry;
 
 pub use admin::{AdminServer, Readiness};
-pub use args::{ServiceArgs, ServiceConfig};
+pub use args::{ActivityArgs, ServiceArgs, ServiceConfig, duration_flag};
 pub use backoff::Backoff;
 pub use events::{DEFAULT_EVENT_INTERVAL, ThrottledEvents, object_reference};
 pub use guard::{

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kubeless_invoke::{Activity, Invoker};
-use kubeless_service::{Context, LeaseConfig, ThrottledEvents};
+use kubeless_service::{ActivityArgs, Context, LeaseConfig, ThrottledEvents};
 
 use crate::controller::{self, Settings, Source};
 use crate::metrics::{Names, TriggerMetrics};
@@ -39,38 +39,18 @@ pub struct TriggerArgs {
     pub activity: ActivityArgs,
 }
 
-/// How a service that calls functions records their traffic for scale to zero.
-#[derive(Debug, Clone, clap::Args)]
-#[group(id = "kubeless-activity-args")]
-pub struct ActivityArgs {
-    /// Shortest time between two writes of a function's `kubeless.io/last-activity` while it
-    /// runs (functions with scale to zero only; a function at zero is woken at once).
-    #[arg(
-        long = "activity-interval",
-        env = "KUBELESS_ACTIVITY_INTERVAL",
-        default_value = "10s",
-        value_parser = parse_interval
-    )]
-    pub activity_interval: Duration,
-}
-
-impl ActivityArgs {
-    /// The recorder, writing through `client`, counting wake-ups in `wakes`.
-    pub fn activity(
-        &self,
-        client: &kube::Client,
-        wakes: prometheus_client::metrics::counter::Counter,
-    ) -> Arc<Activity> {
-        Arc::new(
-            Activity::new(client.clone(), self.activity_interval).on_wake(move |_, _| {
-                wakes.inc();
-            }),
-        )
-    }
-}
-
-fn parse_interval(s: &str) -> Result<Duration, String> {
-    kubeless_api::delivery::parse_duration("--activity-interval", s).map_err(|e| e.to_string())
+/// The traffic recorder of a service that calls functions (`interval`: [`ActivityArgs`]),
+/// writing through `client`, counting the wake-ups it writes in `wakes`.
+pub fn activity(
+    interval: Duration,
+    client: &kube::Client,
+    wakes: prometheus_client::metrics::counter::Counter,
+) -> Arc<Activity> {
+    Arc::new(
+        Activity::new(client.clone(), interval).on_wake(move |_, _| {
+            wakes.inc();
+        }),
+    )
 }
 
 impl TriggerArgs {
@@ -128,7 +108,11 @@ pub async fn serve<S: Source>(
         .resolution()
         .build(&client, namespace.as_deref());
     let metrics = TriggerMetrics::register(&ctx.metrics, names);
-    let activity = args.activity.activity(&client, metrics.wakes.clone());
+    let activity = activity(
+        args.activity.activity_interval,
+        &client,
+        metrics.wakes.clone(),
+    );
     let source = source(Parts {
         invoker: Invoker::new(resolver),
         events: controller::throttled_events(&client, &format!("kubeless-{}", ctx.name)),
