@@ -1,7 +1,8 @@
 //! Scale to zero end to end on devcluster: a Python and a Node.js function (real runtime pods,
-//! deployed by the function-controller process with `scaleToZero`) idle to zero, then a NATS
-//! message (through the nats-trigger binary) and a Kafka record (through the kafka-trigger
-//! binary, tansu) wake each of them, and each function's log shows every event exactly once.
+//! deployed by the function-controller process with `scaleToZero`) idle to zero, then an HTTP
+//! request (through the http-trigger-controller binary's gateway), a NATS message (through the
+//! nats-trigger binary) and a Kafka record (through the kafka-trigger binary, tansu) wake each
+//! of them, and each function's log shows every request and event exactly once.
 //! The triggers hold the events while the functions wake, without spending retries (the
 //! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
 //! to the dead letters, which are not configured).
@@ -24,7 +25,9 @@ use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{CronJobTrigger, Function, KafkaTrigger, NatsTrigger, find_condition};
+use kubeless_api::{
+    CronJobTrigger, Function, HttpTrigger, KafkaTrigger, NatsTrigger, find_condition,
+};
 use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report, wait_ready};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
@@ -95,11 +98,12 @@ async fn delivered_once_to_each(client: &Client, data: &str, since: Instant) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
+async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
     require_bins(&[
         "function-controller",
         "nats-trigger",
         "kafka-trigger",
+        "http-trigger-controller",
         "kubeless",
         "kubeless-runtime",
     ]);
@@ -115,6 +119,17 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         &[
             ("KAFKA_BROKERS", broker.addr.clone()),
             ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
+        ],
+    );
+
+    let gateway_addr = format!("127.0.0.1:{}", kubeless_testkit::free_port());
+    let _gateway = start_service(
+        &c,
+        "http-trigger-controller",
+        &[
+            ("KUBELESS_INGRESS", "false".into()),
+            ("KUBELESS_GATEWAY", "true".into()),
+            ("KUBELESS_GATEWAY_ADDR", gateway_addr.clone()),
         ],
     );
 
@@ -153,8 +168,73 @@ async fn functions_at_zero_wake_for_nats_and_kafka_events_and_get_each_once() {
         .create(&PostParams::default(), &kt)
         .await
         .unwrap();
+    let http_triggers: Api<HttpTrigger> = Api::namespaced(c.client.clone(), NS);
+    for name in FUNCTIONS {
+        let ht: HttpTrigger = serde_json::from_value(json!({
+            "apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"function-name": name, "host-name": format!("{name}.example.com"),
+                     "path": name}
+        }))
+        .unwrap();
+        http_triggers
+            .create(&PostParams::default(), &ht)
+            .await
+            .unwrap();
+    }
     wait_ready::<NatsTrigger>(&c.client, "wake").await;
     wait_ready::<KafkaTrigger>(&c.client, "wake").await;
+
+    // HTTP: both functions at zero, one request each through the gateway wakes it, is answered
+    // and reaches it once. The gateway's routes load in the background: a request before them
+    // gets 404, which a retry covers (it never reached a function).
+    wait_all_at_zero(&fns).await;
+    let http = reqwest::Client::new();
+    let sent = Instant::now();
+    let calls = FUNCTIONS.map(|name| {
+        let http = http.clone();
+        let url = format!("http://{gateway_addr}/{name}");
+        async move {
+            loop {
+                let resp = http
+                    .post(&url)
+                    .header("host", format!("{name}.example.com"))
+                    .body("http-1")
+                    .send()
+                    .await;
+                match resp {
+                    Ok(r)
+                        if r.status().as_u16() == 404
+                            || sent.elapsed() > Duration::from_secs(60) =>
+                    {
+                        assert!(sent.elapsed() < Duration::from_secs(60), "{name}: no route");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Ok(r) => {
+                        return (
+                            name,
+                            r.status().as_u16(),
+                            r.text().await.unwrap_or_default(),
+                        );
+                    }
+                    Err(e) if sent.elapsed() < Duration::from_secs(60) => {
+                        eprintln!("{name}: {e}; again");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    Err(e) => panic!("{name}: {e}"),
+                }
+            }
+        }
+    });
+    for (name, status, body) in futures::future::join_all(calls).await {
+        assert_eq!(
+            (status, body.as_str()),
+            (200, "ok"),
+            "{name} through the gateway"
+        );
+    }
+    let took = delivered_once_to_each(&c.client, "http-1", sent).await;
+    report!("scale to zero: an HTTP request woke py and node, answered after {took:?}");
 
     // NATS: both functions at zero, one message wakes each and reaches each once.
     wait_all_at_zero(&fns).await;
