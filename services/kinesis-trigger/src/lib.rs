@@ -27,7 +27,6 @@ pub mod trigger;
 use std::time::Duration;
 
 use kube::Client;
-use kubeless_invoke::Invoker;
 use tokio_util::sync::CancellationToken;
 
 pub use kubeless_trigger::{Resolution, ResolutionArgs, Running};
@@ -231,23 +230,26 @@ pub fn run(
     metrics: &kubeless_service::Metrics,
     shutdown: CancellationToken,
 ) -> Running {
-    let (resolver, endpoint_watch) = settings
-        .resolution
-        .build(&client, settings.namespace.as_deref());
-    let runtime_metrics = kubeless_trigger::TriggerMetrics::register(metrics, metrics::METRICS);
-    let activity = kubeless_trigger::activity(
-        settings.activity_interval,
+    let kubeless_trigger::Calls {
+        invoker,
+        events,
+        metrics: runtime_metrics,
+        activity,
+        endpoints: endpoint_watch,
+    } = kubeless_trigger::Calls::build(
         &client,
-        runtime_metrics.wakes.clone(),
+        settings.namespace.as_deref(),
+        settings.resolution,
+        metrics::METRICS,
+        metrics,
+        reconciler::FIELD_MANAGER,
+        settings.activity_interval,
     );
     let source = reconciler::KinesisSource {
         shared: trigger::Shared {
-            events: kubeless_trigger::controller::throttled_events(
-                &client,
-                reconciler::FIELD_MANAGER,
-            ),
+            events,
             client: client.clone(),
-            invoker: Invoker::new(resolver),
+            invoker,
             metrics: metrics::StreamMetrics::register(metrics),
             runtime_metrics: runtime_metrics.clone(),
             timing: settings.timing,

@@ -20,7 +20,6 @@ pub mod subscription;
 use std::time::Duration;
 
 use kube::Client;
-use kubeless_invoke::Invoker;
 use kubeless_service::{LeaseConfig, ServiceArgs};
 use tokio_util::sync::CancellationToken;
 
@@ -154,19 +153,25 @@ pub fn run(
     metrics: &kubeless_service::Metrics,
     shutdown: CancellationToken,
 ) -> Running {
-    let (resolver, endpoint_watch) = settings
-        .resolution
-        .build(&client, settings.namespace.as_deref());
-    let trigger_metrics = kubeless_trigger::TriggerMetrics::register(metrics, reconciler::METRICS);
-    let activity = kubeless_trigger::activity(
-        settings.activity_interval,
+    let kubeless_trigger::Calls {
+        invoker,
+        events,
+        metrics: trigger_metrics,
+        activity,
+        endpoints: endpoint_watch,
+    } = kubeless_trigger::Calls::build(
         &client,
-        trigger_metrics.wakes.clone(),
+        settings.namespace.as_deref(),
+        settings.resolution,
+        reconciler::METRICS,
+        metrics,
+        reconciler::FIELD_MANAGER,
+        settings.activity_interval,
     );
     let source = reconciler::NatsSource {
-        events: kubeless_trigger::controller::throttled_events(&client, reconciler::FIELD_MANAGER),
+        events,
         nats,
-        invoker: Invoker::new(resolver),
+        invoker,
         metrics: trigger_metrics,
         drain_timeout: settings.drain_timeout,
         activity: std::sync::Arc::clone(&activity),

@@ -36,5 +36,5 @@ pub use deliver::{
 pub use metrics::{Names, PairMetrics, TriggerMetrics};
 pub use resolution::{EndpointResolution, Resolution, ResolutionArgs};
 pub use selector::{FunctionSelector, SelectorError};
-pub use service::{Parts, TriggerArgs, activity, serve};
+pub use service::{Calls, Parts, TriggerArgs, activity, serve};
 pub use unit::{StateSender, UnitTask, reconnecting};

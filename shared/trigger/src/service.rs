@@ -79,6 +79,41 @@ pub struct Parts {
     pub activity: Arc<Activity>,
 }
 
+/// How a trigger calls functions, built the same way by every trigger: the invoker over its
+/// endpoint resolution, rate-limited Warning Events, the delivery metrics and the scale-to-zero
+/// traffic recorder.
+pub struct Calls {
+    pub invoker: Invoker,
+    pub events: ThrottledEvents,
+    pub metrics: TriggerMetrics,
+    pub activity: Arc<Activity>,
+    /// The EndpointSlice watch when resolving through EndpointSlices: keep it while running.
+    pub endpoints: Option<tokio_util::task::AbortOnDropHandle<()>>,
+}
+
+impl Calls {
+    /// Registers the metrics under `names` in `service_metrics`; Events name `reporter`.
+    pub fn build(
+        client: &kube::Client,
+        namespace: Option<&str>,
+        resolution: crate::Resolution,
+        names: Names,
+        service_metrics: &kubeless_service::Metrics,
+        reporter: &str,
+        activity_interval: Duration,
+    ) -> Self {
+        let (resolver, endpoints) = resolution.build(client, namespace);
+        let metrics = TriggerMetrics::register(service_metrics, names);
+        Self {
+            invoker: Invoker::new(resolver),
+            events: controller::throttled_events(client, reporter),
+            activity: activity(activity_interval, client, metrics.wakes.clone()),
+            metrics,
+            endpoints,
+        }
+    }
+}
+
 /// This pod's name: `POD_NAME`, else `HOSTNAME`, else `fallback`.
 pub fn pod_name(fallback: &str) -> String {
     ["POD_NAME", "HOSTNAME"]
@@ -102,20 +137,24 @@ pub async fn serve<S: Source>(
         None => kube::Client::try_default().await?,
     };
     let namespace = ctx.config.watch_namespace.clone();
-    let (resolver, endpoints) = args
-        .resolution
-        .clone()
-        .resolution()
-        .build(&client, namespace.as_deref());
-    let metrics = TriggerMetrics::register(&ctx.metrics, names);
-    let activity = activity(
-        args.activity.activity_interval,
+    let Calls {
+        invoker,
+        events,
+        metrics,
+        activity,
+        endpoints,
+    } = Calls::build(
         &client,
-        metrics.wakes.clone(),
+        namespace.as_deref(),
+        args.resolution.clone().resolution(),
+        names,
+        &ctx.metrics,
+        &format!("kubeless-{}", ctx.name),
+        args.activity.activity_interval,
     );
     let source = source(Parts {
-        invoker: Invoker::new(resolver),
-        events: controller::throttled_events(&client, &format!("kubeless-{}", ctx.name)),
+        invoker,
+        events,
         metrics: metrics.clone(),
         pod: pod_name(&ctx.name),
         drain_timeout: args.drain_timeout(),
