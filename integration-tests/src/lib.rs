@@ -19,16 +19,11 @@ pub fn target_debug_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("target/debug"))
 }
 
-/// Fails the test unless every binary in `bins` is in [`target_debug_dir`] (the tests start
-/// them; `cargo build --workspace --bins` makes them, scripts/test.sh runs that first).
+/// Fails the test unless every binary in `bins` was built ([`kubeless_testkit::workspace_bin`]
+/// checks each).
 pub fn require_bins(bins: &[&str]) {
-    let dir = target_debug_dir();
     for bin in bins {
-        assert!(
-            dir.join(bin).exists(),
-            "{bin} is missing in {}: run `cargo build --workspace --bins` (in this profile) first",
-            dir.display()
-        );
+        kubeless_testkit::workspace_bin(bin);
     }
 }
 
