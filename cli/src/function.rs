@@ -680,6 +680,8 @@ pub fn describe_text(f: &Function) -> String {
         ("Timeout", f.spec.timeout.clone().unwrap_or_default()),
         ("Checksum", f.spec.checksum.clone().unwrap_or_default()),
         ("Status", status),
+        ("Image", f.status.as_ref().and_then(|s| s.image.clone()).unwrap_or_default()),
+        ("Build", build_text(f)),
         ("Dependencies", f.spec.deps.clone().unwrap_or_default()),
     ];
     let mut out = String::new();
@@ -688,6 +690,24 @@ pub fn describe_text(f: &Function) -> String {
         out.push_str(&format!("{key:<14}{}\n", v.trim_end()));
     }
     out
+}
+
+/// The build step's state: `Built <image>`, `Building (Job <job>)`, `Failed: <log tail>`, or
+/// `none` (the dependencies are installed at pod start).
+fn build_text(f: &Function) -> String {
+    let Some(b) = f.status.as_ref().and_then(|s| s.build.as_ref()) else {
+        return "none (dependencies installed at pod start)".into();
+    };
+    let mut text = b.state.clone();
+    if let Some(job) = &b.job {
+        text.push_str(&format!(" (Job {job})"));
+    }
+    if b.state == kubeless_api::build::states::FAILED
+        && let Some(m) = &b.message
+    {
+        text.push_str(&format!(": {}", m.replace('\n', " ")));
+    }
+    text
 }
 
 async fn describe(ctx: &Ctx, args: DescribeArgs) -> Result<()> {

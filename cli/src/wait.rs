@@ -211,6 +211,47 @@ pub fn phase(f: &Function, generation: Option<i64>) -> Phase {
     }
 }
 
+/// The running step of the Function's build Job and the last line it printed, while the build
+/// step builds its image.
+async fn build_progress(ctx: &Ctx, f: &Function) -> Option<String> {
+    let b = f.status.as_ref()?.build.as_ref()?;
+    if b.state != kubeless_api::build::states::BUILDING {
+        return None;
+    }
+    let job = b.job.as_deref()?;
+    let pods: Api<Pod> = ctx.api();
+    let list = pods
+        .list(&ListParams::default().labels(&format!("job-name={job}")))
+        .await
+        .ok()?;
+    let pod = list.items.into_iter().next()?;
+    let st = pod.status.as_ref()?;
+    let running = st
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(st.container_statuses.iter().flatten())
+        .find(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))?;
+    let params = kube::api::LogParams {
+        container: Some(running.name.clone()),
+        tail_lines: Some(1),
+        ..Default::default()
+    };
+    let line = pods
+        .logs(&pod.name_any(), &params)
+        .await
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .take(120)
+        .collect::<String>();
+    Some(if line.is_empty() {
+        format!("build step {}", running.name)
+    } else {
+        format!("build step {}: {line}", running.name)
+    })
+}
+
 /// Polls the Function until Ready (prints "Function <name> is ready") or a failure.
 pub async fn wait_ready(
     ctx: &Ctx,
@@ -239,6 +280,12 @@ pub async fn wait_ready(
             && let Some(what) = rollout_pending(&d)
         {
             phase = Phase::Pending(what);
+        }
+        // While the image is built, the spinner shows the build's step and its last log line.
+        if let Phase::Pending(what) = &phase
+            && let Some(progress) = build_progress(ctx, &f).await
+        {
+            phase = Phase::Pending(format!("{what}; {progress}"));
         }
         // A pod that cannot start says why on the spinner, and the wait gives up with it.
         if let Phase::Pending(what) = &phase {

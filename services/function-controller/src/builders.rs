@@ -9,7 +9,7 @@ use k8s_openapi::api::{
     core::v1::{
         Affinity, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource,
         EnvVar, EnvVarSource, HTTPGetAction, LocalObjectReference, ObjectFieldSelector,
-        PodAffinityTerm, PodAntiAffinity, PodSecurityContext, Probe, ResourceRequirements,
+        PodAffinityTerm, PodAntiAffinity, PodSecurityContext, PodSpec, Probe, ResourceRequirements,
         SeccompProfile, SecurityContext, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
         WeightedPodAffinityTerm,
     },
@@ -90,6 +90,11 @@ pub enum BuildError {
         /// For one of Kubeless's runtime ids: `; ` and the runtime to use instead.
         hint: String,
     },
+    /// The build step is on for the Function but no registry is configured.
+    #[error(
+        "the build step is on but no registry is configured: set the function-controller's --build-registry (chart value function-controller.build.registry) or the kubeless-config key function-registry, or switch the build step off for this Function (spec.build.enabled: false)"
+    )]
+    NoRegistry,
     /// A field cannot be interpreted.
     #[error("invalid {field}: {message}")]
     InvalidSpec {
@@ -107,6 +112,7 @@ impl BuildError {
         match self {
             Self::UnknownRuntime { .. } => reasons::UNKNOWN_RUNTIME,
             Self::InvalidSpec { .. } => reasons::INVALID_SPEC,
+            Self::NoRegistry => reasons::BUILD_FAILED,
         }
     }
 
@@ -134,6 +140,8 @@ pub struct Desired {
     pub image: String,
     /// In-cluster URL of the function (for status).
     pub url: String,
+    /// The image build, when the build step is on for the Function.
+    pub build: Option<crate::build_step::BuildPlan>,
 }
 
 /// What the runtime part of the spec resolved to.
@@ -261,6 +269,7 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         hpa.is_some(),
         &content_hash,
     );
+    let build = build_plan(f, cfg, &plan, &ctx, &config_map, &deployment, &meta(name.clone()))?;
     let deployment = stamp(deployment);
 
     let service_port = service_spec
@@ -293,7 +302,76 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         hpa,
         url: in_cluster_url(&name, &namespace, service_port, &cfg.cluster_domain),
         image,
+        build,
     })
+}
+
+/// The image build of `f`, when the build step is on for it and it runs on a catalogue runtime
+/// (a custom image is prebuilt: nothing to build, as in Kubeless).
+fn build_plan(
+    f: &Function,
+    cfg: &ControllerConfig,
+    plan: &RuntimePlan<'_>,
+    ctx: &PodContext<'_>,
+    config_map: &ConfigMap,
+    deployment: &Deployment,
+    meta: &ObjectMeta,
+) -> Result<Option<crate::build_step::BuildPlan>, BuildError> {
+    use crate::build_step::{self as step, BuildInputs};
+    let (Some(resolved), None) = (plan.resolved, &plan.custom_image) else {
+        return Ok(None);
+    };
+    if !kubeless_api::build::enabled(f.spec.build.as_ref(), cfg.build.enabled) {
+        return Ok(None);
+    }
+    let registry = cfg
+        .build
+        .registry
+        .as_deref()
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .ok_or(BuildError::NoRegistry)?;
+    let Some(pod) = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+    else {
+        return Ok(None);
+    };
+    let steps = pod.init_containers.clone().unwrap_or_default();
+    let prepare_image = steps
+        .iter()
+        .find(|c| c.name == INIT_PREPARE)
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default();
+    let empty = BTreeMap::new();
+    let data = config_map.data.as_ref().unwrap_or(&empty);
+    let hash = step::inputs_hash(&BuildInputs {
+        base: ctx.image,
+        phases: &resolved.version.images,
+        runtime: &plan.runtime,
+        content_type: ctx.content_type.to_string(),
+        data,
+        checksum: ctx.checksum,
+        prepare_image: &prepare_image,
+    });
+    let namespace = meta.namespace.clone().unwrap_or_default();
+    Ok(Some(step::BuildPlan {
+        image: step::image_ref(registry, &namespace, ctx.name, &hash),
+        job_name: step::job_name(ctx.name, &hash),
+        hash,
+        base: ctx.image.to_string(),
+        insecure: cfg.build.insecure,
+        meta: meta.clone(),
+        steps,
+        pod: PodSpec {
+            containers: Vec::new(),
+            init_containers: None,
+            ..pod
+        },
+        builder_image: cfg.build.builder_image.clone(),
+        builder_image_secret: cfg.build.builder_image_secret.clone(),
+    }))
 }
 
 /// Adjusts the Deployment for scale to zero: zero replicas while `at_zero`, else at least
@@ -315,6 +393,15 @@ pub fn with_scale(mut d: Desired, at_zero: bool, min_replicas: Option<i32>) -> D
         spec.replicas = Some(want);
         d.deployment = stamp(d.deployment);
     }
+    d
+}
+
+/// The Desired objects running the built `image` (the build step): the Deployment without
+/// install steps or code volume, and the image in the status.
+pub fn with_built_image(mut d: Desired, image: &str) -> Desired {
+    crate::build_step::run_built(&mut d.deployment, image);
+    d.deployment = stamp(d.deployment);
+    d.image = image.to_string();
     d
 }
 
@@ -517,7 +604,7 @@ fn upsert_env(list: &mut Vec<EnvVar>, vars: impl IntoIterator<Item = EnvVar>) {
     }
 }
 
-fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
+pub(crate) fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
     VolumeMount {
         name: name.into(),
         mount_path: path.into(),
@@ -742,7 +829,7 @@ fn runtime_container(c: &mut Container, ctx: &PodContext<'_>, plan: &RuntimePlan
 
 /// What PodSecurity `restricted` asks of each container. Set per container (seccomp too) so a
 /// template that brings its own pod securityContext still passes.
-fn restricted_security_context() -> SecurityContext {
+pub(crate) fn restricted_security_context() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         run_as_non_root: Some(true),

@@ -14,6 +14,93 @@ pub const KEY_DEPLOYMENT: &str = "deployment";
 pub const KEY_PROVISION_IMAGE: &str = "provision-image";
 /// ConfigMap key restricting the watched Functions to one namespace.
 pub const KEY_FUNCTIONS_NAMESPACE: &str = "functions-namespace";
+/// ConfigMap key (Kubeless's name) switching the build step on for every Function.
+pub const KEY_ENABLE_BUILD_STEP: &str = "enable-build-step";
+/// ConfigMap key (Kubeless's name): `"false"` talks plain HTTP to the function registry.
+pub const KEY_REGISTRY_TLS_VERIFY: &str = "function-registry-tls-verify";
+/// ConfigMap key (Kubeless's name): image of the build Job's push step.
+pub const KEY_BUILDER_IMAGE: &str = "builder-image";
+/// ConfigMap key (Kubeless's name): image pull Secret of the builder image.
+pub const KEY_BUILDER_IMAGE_SECRET: &str = "builder-image-secret";
+/// ConfigMap key (ours): the registry function images are pushed to, `host[:port][/path]`.
+pub const KEY_FUNCTION_REGISTRY: &str = "function-registry";
+/// ConfigMap key (ours): the Secret, in each Function's namespace, with the registry
+/// credentials (`.dockerconfigjson`) and optionally a CA bundle (`ca.crt`).
+pub const KEY_FUNCTION_REGISTRY_SECRET: &str = "function-registry-secret";
+
+/// Secret Kubeless's build step read the registry credentials from, in the Function's namespace.
+pub const DEFAULT_REGISTRY_SECRET: &str = "kubeless-registry-credentials";
+/// Builder image of this release.
+pub const DEFAULT_BUILDER_IMAGE: &str = concat!("kubeless-rs/builder:", env!("CARGO_PKG_VERSION"));
+
+/// How Functions are built into images (the build step).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BuildSettings {
+    /// Whether Functions without `.spec.build.enabled` are built.
+    pub enabled: bool,
+    /// Registry and repository prefix images are pushed to (`host[:port][/path]`); the build
+    /// step cannot run without one.
+    pub registry: Option<String>,
+    /// Secret with the registry credentials and CA bundle, in each Function's namespace
+    /// (optional: an anonymous registry needs none).
+    pub registry_secret: String,
+    /// Talk plain HTTP to the registry (a local registry without TLS).
+    pub insecure: bool,
+    /// Image of the push step of the build Job.
+    pub builder_image: String,
+    /// Image pull Secret of the builder image.
+    pub builder_image_secret: Option<String>,
+}
+
+impl Default for BuildSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            registry: None,
+            registry_secret: DEFAULT_REGISTRY_SECRET.into(),
+            insecure: false,
+            builder_image: DEFAULT_BUILDER_IMAGE.into(),
+            builder_image_secret: None,
+        }
+    }
+}
+
+/// The build keys a ConfigMap sets; each one wins over the controller's flag.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BuildKeys {
+    enabled: Option<bool>,
+    registry: Option<String>,
+    registry_secret: Option<String>,
+    insecure: Option<bool>,
+    builder_image: Option<String>,
+    builder_image_secret: Option<String>,
+}
+
+impl BuildKeys {
+    /// `base` (from the flags) with what the ConfigMap says on top.
+    pub fn over(&self, base: &BuildSettings) -> BuildSettings {
+        let mut out = base.clone();
+        if let Some(v) = self.enabled {
+            out.enabled = v;
+        }
+        if let Some(v) = &self.registry {
+            out.registry = Some(v.clone());
+        }
+        if let Some(v) = &self.registry_secret {
+            out.registry_secret.clone_from(v);
+        }
+        if let Some(v) = self.insecure {
+            out.insecure = v;
+        }
+        if let Some(v) = &self.builder_image {
+            out.builder_image.clone_from(v);
+        }
+        if let Some(v) = &self.builder_image_secret {
+            out.builder_image_secret = Some(v.clone());
+        }
+        out
+    }
+}
 
 /// What the ConfigMap tells the controller.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,6 +121,10 @@ pub struct ControllerConfig {
     pub cluster_domain: String,
     /// Scale to zero for Functions that do not say (controller flags).
     pub scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults,
+    /// The build step (controller flags, then the ConfigMap's [`Self::build_keys`] over them).
+    pub build: BuildSettings,
+    /// The build keys the ConfigMap set.
+    pub build_keys: BuildKeys,
 }
 
 impl Default for ControllerConfig {
@@ -46,6 +137,8 @@ impl Default for ControllerConfig {
             listen_on_pod_ip: false,
             cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
             scale_to_zero: Default::default(),
+            build: BuildSettings::default(),
+            build_keys: BuildKeys::default(),
         }
     }
 }
@@ -60,6 +153,14 @@ pub enum ConfigProblem {
     /// `deployment` is not a JSON/YAML object.
     #[error("kubeless-config key deployment is not a Deployment object")]
     Deployment(#[source] serde_yaml_ng::Error),
+    /// A true/false key holds something else.
+    #[error("kubeless-config key {key} is {value:?}, not \"true\" or \"false\"")]
+    NotABool {
+        /// The key.
+        key: &'static str,
+        /// What it holds.
+        value: String,
+    },
 }
 
 impl ControllerConfig {
@@ -92,6 +193,26 @@ impl ControllerConfig {
         }
         cfg.provision_image = non_empty(KEY_PROVISION_IMAGE);
         cfg.functions_namespace = non_empty(KEY_FUNCTIONS_NAMESPACE);
+        let mut flag = |key: &'static str| {
+            let v = non_empty(key)?;
+            match v.to_ascii_lowercase().as_str() {
+                "true" => Some(true),
+                "false" => Some(false),
+                _ => {
+                    problems.push(ConfigProblem::NotABool { key, value: v });
+                    None
+                }
+            }
+        };
+        cfg.build_keys = BuildKeys {
+            enabled: flag(KEY_ENABLE_BUILD_STEP),
+            insecure: flag(KEY_REGISTRY_TLS_VERIFY).map(|verify| !verify),
+            registry: non_empty(KEY_FUNCTION_REGISTRY),
+            registry_secret: non_empty(KEY_FUNCTION_REGISTRY_SECRET),
+            builder_image: non_empty(KEY_BUILDER_IMAGE),
+            builder_image_secret: non_empty(KEY_BUILDER_IMAGE_SECRET),
+        };
+        cfg.build = cfg.build_keys.over(&cfg.build);
         (cfg, problems)
     }
 }
@@ -202,6 +323,31 @@ mod tests {
         );
         assert_eq!(cfg.provision_image.as_deref(), Some("my/unzip:1"));
         assert_eq!(cfg.functions_namespace.as_deref(), Some("team-a"));
+    }
+
+    #[test]
+    fn build_keys_use_kubeless_names_and_win_over_flags() {
+        let flags = BuildSettings {
+            enabled: false,
+            registry: Some("flag.example:5000".into()),
+            ..BuildSettings::default()
+        };
+        let (cfg, problems) = ControllerConfig::from_data(&data(&[
+            (KEY_ENABLE_BUILD_STEP, "true"),
+            (KEY_REGISTRY_TLS_VERIFY, "false"),
+            (KEY_BUILDER_IMAGE, "my/builder:1"),
+        ]));
+        assert!(problems.is_empty(), "{problems:?}");
+        let b = cfg.build_keys.over(&flags);
+        assert!(b.enabled && b.insecure);
+        assert_eq!(b.registry.as_deref(), Some("flag.example:5000"));
+        assert_eq!(b.builder_image, "my/builder:1");
+        assert_eq!(b.registry_secret, DEFAULT_REGISTRY_SECRET);
+        // No keys: the flags stand.
+        assert_eq!(BuildKeys::default().over(&flags), flags);
+        let (_, problems) = ControllerConfig::from_data(&data(&[(KEY_ENABLE_BUILD_STEP, "yes")]));
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().contains("enable-build-step"));
     }
 
     #[test]

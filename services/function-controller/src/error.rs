@@ -40,6 +40,19 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// Reading an object the reconcile needs (the registry Secret) failed.
+    #[error("reading {kind} {namespace}/{name} failed")]
+    Read {
+        /// Kind of the object.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
     /// A Function without a namespace (the CRD is namespaced, so only a broken server sends one).
     #[error("Function {0} has no namespace")]
     NoNamespace(String),
@@ -91,6 +104,7 @@ impl Error {
             Self::Apply { .. } => "ApplyFailed",
             Self::Delete { .. } => "DeleteFailed",
             Self::Status { .. } => "StatusFailed",
+            Self::Read { .. } => "ReadFailed",
             Self::NoNamespace(_) => "NoNamespace",
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",

@@ -6,7 +6,9 @@
 //! the API. [`run_controller`] is the library entry point tests use; [`serve`] is what the
 //! binary runs under the kubeless-service scaffold.
 
+pub mod build_step;
 pub mod builders;
+pub mod building;
 pub mod catalogue;
 pub mod config;
 pub mod diagnose;
@@ -21,6 +23,7 @@ use futures::{StreamExt, channel::mpsc};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
+    batch::v1::Job,
     core::v1::{ConfigMap, Pod, Service},
 };
 use kube::{
@@ -112,6 +115,45 @@ pub struct ControllerArgs {
         value_parser = parse_idle
     )]
     pub scale_to_zero_idle: std::time::Duration,
+    /// Build every Function into an image with its code and dependencies (the build step)
+    /// unless it says otherwise; the `kubeless-config` key `enable-build-step` wins.
+    #[arg(
+        long = "build-step",
+        env = "KUBELESS_BUILD_STEP",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub build_step: bool,
+    /// Registry (and repository prefix) function images are pushed to, `host[:port][/path]`.
+    #[arg(long = "build-registry", env = "KUBELESS_BUILD_REGISTRY")]
+    pub build_registry: Option<String>,
+    /// Secret in each Function's namespace with the registry credentials (`.dockerconfigjson`)
+    /// and an optional CA bundle (`ca.crt`).
+    #[arg(
+        long = "build-registry-secret",
+        env = "KUBELESS_BUILD_REGISTRY_SECRET",
+        default_value = config::DEFAULT_REGISTRY_SECRET
+    )]
+    pub build_registry_secret: String,
+    /// Talk plain HTTP to the registry (a local registry without TLS).
+    #[arg(
+        long = "build-insecure-registry",
+        env = "KUBELESS_BUILD_INSECURE_REGISTRY",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    pub build_insecure_registry: bool,
+    /// Image of the build Job's push step.
+    #[arg(
+        long = "builder-image",
+        env = "KUBELESS_BUILDER_IMAGE",
+        default_value = config::DEFAULT_BUILDER_IMAGE
+    )]
+    pub builder_image: String,
 }
 
 fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
@@ -153,6 +195,7 @@ pub struct Settings {
     pub cluster_domain: String,
     /// See [`ControllerArgs::scale_to_zero`] and [`ControllerArgs::scale_to_zero_idle`].
     pub scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults,
+    pub build: config::BuildSettings,
 }
 
 impl Default for Settings {
@@ -166,6 +209,7 @@ impl Default for Settings {
             listen_on_pod_ip: false,
             cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
             scale_to_zero: Default::default(),
+            build: Default::default(),
         }
     }
 }
@@ -181,6 +225,11 @@ impl Settings {
             concurrency,
             scale_to_zero,
             scale_to_zero_idle,
+            build_step,
+            build_registry,
+            build_registry_secret,
+            build_insecure_registry,
+            builder_image,
         } = args;
         Self {
             config_namespace: kubeless_namespace,
@@ -193,6 +242,16 @@ impl Settings {
             scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults {
                 enabled: scale_to_zero,
                 idle_after: scale_to_zero_idle,
+            },
+            build: config::BuildSettings {
+                enabled: build_step,
+                registry: build_registry.filter(|r| !r.trim().is_empty()),
+                registry_secret: build_registry_secret,
+                insecure: build_insecure_registry,
+                builder_image: Some(builder_image)
+                    .filter(|i| !i.trim().is_empty())
+                    .unwrap_or_else(|| config::DEFAULT_BUILDER_IMAGE.into()),
+                builder_image_secret: None,
             },
         }
     }
@@ -269,6 +328,7 @@ fn config_from(cm: &ConfigMap, s: &Settings) -> ControllerConfig {
     cfg.listen_on_pod_ip = s.listen_on_pod_ip;
     cfg.cluster_domain.clone_from(&s.cluster_domain);
     cfg.scale_to_zero = s.scale_to_zero;
+    cfg.build = cfg.build_keys.over(&s.build);
     cfg
 }
 
@@ -277,6 +337,7 @@ fn default_config(s: &Settings) -> ControllerConfig {
         listen_on_pod_ip: s.listen_on_pod_ip,
         cluster_domain: s.cluster_domain.clone(),
         scale_to_zero: s.scale_to_zero,
+        build: s.build.clone(),
         ..ControllerConfig::default()
     }
 }
@@ -350,6 +411,11 @@ async fn run_once(
         o.spec = None;
         strip_meta(o);
     });
+    // Build Jobs (the build step): their state, not their pod template.
+    let (jobs, job_stream) = child_watch::<Job>(client, ns, |o| {
+        o.spec = None;
+        strip_meta(o);
+    });
     let shared = Arc::new(RwLock::new(Arc::new(cfg)));
     let (trigger_tx, trigger_rx) = mpsc::unbounded::<()>();
     let watch_task = tokio::spawn(watch_config(
@@ -365,6 +431,7 @@ async fn run_once(
         services,
         hpas,
         pods,
+        jobs,
     };
     let (filled_tx, caches_filled) = tokio::sync::watch::channel(false);
     tokio::spawn(stores.clone().signal_filled(filled_tx));
@@ -394,6 +461,7 @@ async fn run_once(
         .owns_stream(dep_stream)
         .owns_stream(svc_stream)
         .owns_stream(hpa_stream)
+        .owns_stream(job_stream)
         .watches_stream(pod_stream, |p: Pod| function_of(&p))
         .reconcile_all_on(trigger_rx)
         .graceful_shutdown_on(restart.clone().cancelled_owned())

@@ -39,6 +39,8 @@ pub struct ControllerMetrics {
     pub wakes: Counter,
     /// Seconds from a wake decision to the first ready replica.
     pub wake_duration: Histogram,
+    /// Build Jobs created (the build step).
+    pub builds: Counter,
 }
 
 impl ControllerMetrics {
@@ -56,6 +58,7 @@ impl ControllerMetrics {
             wake_duration: Histogram::new([
                 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
             ]),
+            builds: Counter::default(),
         };
         metrics.register_with("function_controller", |r| {
             r.register(
@@ -92,6 +95,11 @@ impl ControllerMetrics {
                 "wake_duration_seconds",
                 "Time from a wake decision to the function's first ready replica",
                 this.wake_duration.clone(),
+            );
+            r.register(
+                "builds",
+                "Build Jobs created by the build step (an image found in the registry is not built)",
+                this.builds.clone(),
             );
         });
         this

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::{
     apps::v1::Deployment,
     autoscaling::v2::HorizontalPodAutoscaler,
+    batch::v1::Job,
     core::v1::{ConfigMap, Pod, Service},
 };
 use kube::{
@@ -60,6 +61,8 @@ pub struct Stores {
     pub hpas: Store<HorizontalPodAutoscaler>,
     /// Function pods (spec stripped, status kept).
     pub pods: Store<Pod>,
+    /// Build Jobs (spec stripped, status kept).
+    pub jobs: Store<Job>,
 }
 
 /// What every reconcile shares.
@@ -85,6 +88,11 @@ pub struct Context {
 }
 
 impl Context {
+    /// The build step's settings now.
+    pub(crate) fn config_build(&self) -> crate::config::BuildSettings {
+        self.config().build.clone()
+    }
+
     fn config(&self) -> Arc<ControllerConfig> {
         match self.config.read() {
             Ok(c) => c.clone(),
@@ -118,6 +126,7 @@ impl Stores {
         let _ = self.services.wait_until_ready().await;
         let _ = self.hpas.wait_until_ready().await;
         let _ = self.pods.wait_until_ready().await;
+        let _ = self.jobs.wait_until_ready().await;
         let _ = filled.send(true);
     }
 }
@@ -253,8 +262,21 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
     };
     let decision = scale::decide(f, effective, k8s_openapi::jiff::Timestamp::now());
     let min_replicas = effective.and_then(|e| e.min_replicas);
-    let desired = builders::with_scale(desired, decision.at_zero, min_replicas);
-    if let Err(e) = apply_children(f, ctx, &desired).await {
+    let mut desired = builders::with_scale(desired, decision.at_zero, min_replicas);
+    // The build step: the Deployment runs the built image once it exists; until then a running
+    // Deployment keeps its previous image and a new one is not created.
+    let build = match desired.build.clone() {
+        Some(plan) => Some(crate::building::ensure(f, ctx, &plan).await?),
+        None => None,
+    };
+    if let Some(crate::building::Outcome::Ready(b)) = &build {
+        desired = builders::with_built_image(desired, b.image.as_deref().unwrap_or_default());
+    }
+    let hold = matches!(
+        build,
+        Some(crate::building::Outcome::Building(_) | crate::building::Outcome::Failed(_))
+    );
+    if let Err(e) = apply_children(f, ctx, &desired, hold).await {
         // What the server refused (invalid child, quota, admission webhook, conflict) is shown
         // on the Function with the server's own message; the error then backs off.
         if let Some(message) = e.refusal_message() {
@@ -303,7 +325,21 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
             ctx.metrics.wake_duration.observe(t.elapsed().as_secs_f64());
         }
     }
-    let cond = if decision.at_zero {
+    let cond = if let Some(crate::building::Outcome::Failed(b)) = &build {
+        Condition::not_ready(
+            reasons::BUILD_FAILED,
+            b.message.clone().unwrap_or_default(),
+        )
+    } else if let (Some(crate::building::Outcome::Building(b)), false) = (&build, ready) {
+        Condition::not_ready(
+            reasons::BUILDING,
+            format!(
+                "building {} (Job {})",
+                b.image.as_deref().unwrap_or_default(),
+                b.job.as_deref().unwrap_or_default()
+            ),
+        )
+    } else if decision.at_zero {
         Condition::ready(
             reasons::SCALED_TO_ZERO,
             decision
@@ -331,12 +367,16 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         ready_replicas: Some(ready_replicas),
         url: desired.url.clone(),
         image: desired.image.clone(),
+        build: build.as_ref().map(|b| b.status().clone()),
     };
     write_status(f, ctx, cond, Some(extra), Some(&decision)).await?;
     if let Some(t) = &decision.transition {
         report_transition(ctx, f, t, waking_key).await;
     }
-    let resync = if ready || decision.at_zero {
+    let resync = if matches!(build, Some(crate::building::Outcome::Failed(_))) {
+        // Nothing changes until the Function does (or the Job is deleted to retry).
+        READY_RESYNC
+    } else if ready || decision.at_zero {
         READY_RESYNC
     } else {
         PENDING_RESYNC
@@ -404,10 +444,18 @@ async fn report_transition(
 
 /// Applies each child whose applied hash differs from the desired one, and removes an HPA
 /// the Function no longer asks for.
-async fn apply_children(f: &Function, ctx: &Context, d: &Desired) -> Result<(), Error> {
+/// `hold_deployment`: leave the Deployment as it is (its image is being built).
+async fn apply_children(
+    f: &Function,
+    ctx: &Context,
+    d: &Desired,
+    hold_deployment: bool,
+) -> Result<(), Error> {
     let s = &ctx.stores;
     apply_if_changed(ctx, &s.config_maps, &d.config_map, "ConfigMap").await?;
-    apply_if_changed(ctx, &s.deployments, &d.deployment, "Deployment").await?;
+    if !hold_deployment {
+        apply_if_changed(ctx, &s.deployments, &d.deployment, "Deployment").await?;
+    }
     apply_if_changed(ctx, &s.services, &d.service, "Service").await?;
     if let Some(hpa) = &d.hpa {
         apply_if_changed(ctx, &s.hpas, hpa, "HorizontalPodAutoscaler").await?;
@@ -473,7 +521,7 @@ where
     Ok(())
 }
 
-async fn delete_child<K>(
+pub(crate) async fn delete_child<K>(
     ctx: &Context,
     kind: &'static str,
     name: &str,
@@ -527,6 +575,9 @@ async fn cleanup(f: &Function, ctx: &Context) -> Result<Action, Error> {
     let svc = s.services.get(&ObjectRef::new(&n).within(&ns));
     if svc.as_deref().is_none_or(|o| owned(o.owner_references())) {
         delete_child::<Service>(ctx, "Service", &name, f).await?;
+    }
+    for job in crate::building::owned_jobs(f, ctx) {
+        delete_child::<Job>(ctx, "Job", &job.name_any(), f).await?;
     }
     tracing::info!(function = %name, namespace = %ns, "deleted the function's objects");
     Ok(Action::await_change())
@@ -609,6 +660,7 @@ struct StatusExtra {
     ready_replicas: Option<i32>,
     url: String,
     image: String,
+    build: Option<kubeless_api::build::BuildStatus>,
 }
 
 /// Writes status only when something other than timestamps changed; publishes a Warning
@@ -624,7 +676,9 @@ async fn write_status(
     let mut new = old.clone();
     let generation = f.metadata.generation;
     let old_reason = find_condition(&old.conditions, READY).and_then(|c| c.reason.clone());
-    let failing = !cond.is_true() && cond.reason.as_deref() != Some(reasons::PROGRESSING);
+    let failing = !cond.is_true()
+        && cond.reason.as_deref() != Some(reasons::PROGRESSING)
+        && cond.reason.as_deref() != Some(reasons::BUILDING);
     let event = (failing && old_reason != cond.reason).then(|| {
         (
             cond.reason.clone().unwrap_or_default(),
@@ -648,6 +702,7 @@ async fn write_status(
             new.ready_replicas = x.ready_replicas;
             new.url = Some(x.url);
             new.image = Some(x.image);
+            new.build = x.build;
         }
         None => {
             new.replicas = None;
@@ -679,7 +734,7 @@ struct StatusPatch<'a> {
     status: &'a FunctionStatus,
 }
 
-async fn publish(ctx: &Context, f: &Function, type_: EventType, reason: &str, note: &str) {
+pub(crate) async fn publish(ctx: &Context, f: &Function, type_: EventType, reason: &str, note: &str) {
     let ev = KubeEvent {
         type_,
         reason: reason.to_string(),

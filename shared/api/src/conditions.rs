@@ -32,7 +32,9 @@ pub mod reasons {
     pub const CHECKSUM_MISMATCH: &str = "ChecksumMismatch";
     /// Installing the dependencies failed.
     pub const DEPENDENCIES_FAILED: &str = "DependenciesFailed";
-    /// Building or compiling the function failed.
+    /// The function's image is being built (the build step) and no earlier image runs yet.
+    pub const BUILDING: &str = "Building";
+    /// Building or compiling the function failed (also the build step's Job).
     pub const BUILD_FAILED: &str = "BuildFailed";
     /// The function's pods crash or fail their probes.
     pub const DEPLOYMENT_FAILED: &str = "DeploymentFailed";

@@ -123,6 +123,10 @@ pub struct FunctionSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub scale_to_zero: Option<ScaleToZero>,
+    /// Bake the code and dependencies into an image (the build step) instead of installing
+    /// them at every pod start (our addition). Unset follows the install's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::build::BuildSpec>,
 }
 
 /// Observed state of a Function.
@@ -146,13 +150,16 @@ pub struct FunctionStatus {
     /// (the function-controller's `--cluster-domain`, `cluster.local` by default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Runtime image the function runs on.
+    /// Image the function runs on: the runtime image, or the built image with the build step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// The `kubeless.io/last-activity` annotation value the controller last acted on (scaling
     /// to zero or waking): a different value on a function at zero wakes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_activity: Option<String>,
+    /// The image build of the current code, while the build step is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<crate::build::BuildStatus>,
 }
 
 impl FunctionSpec {

@@ -8,6 +8,7 @@
 // attributes; they are separate columns.
 #![allow(clippy::duplicated_attributes)]
 
+pub mod build;
 pub mod conditions;
 pub mod constraints;
 pub mod delivery;

@@ -463,3 +463,125 @@ fn out_of_range_timeout_and_replicas_are_invalid_spec() {
         build(&py(ok.clone()), &cfg()).unwrap_or_else(|e| panic!("{ok}: {e}"));
     }
 }
+
+fn build_cfg(enabled: bool) -> ControllerConfig {
+    ControllerConfig {
+        build: crate::config::BuildSettings {
+            enabled,
+            registry: Some("127.0.0.1:5000/fns".into()),
+            insecure: true,
+            ..Default::default()
+        },
+        ..ControllerConfig::default()
+    }
+}
+
+#[test]
+fn build_step_follows_the_install_default_and_the_function() {
+    let f = py(json!({"deps": "requests==2.31.0"}));
+    assert!(build(&f, &cfg()).unwrap().build.is_none(), "off by default");
+    assert!(build(&f, &build_cfg(true)).unwrap().build.is_some());
+    let off = py(json!({"deps": "requests==2.31.0", "build": {"enabled": false}}));
+    assert!(build(&off, &build_cfg(true)).unwrap().build.is_none());
+    let on = py(json!({"build": {"enabled": true}}));
+    assert!(build(&on, &build_cfg(false)).unwrap().build.is_some());
+    // A custom image is prebuilt: nothing to build (as in Kubeless).
+    let custom = function(json!({"deployment": {"spec": {"template": {"spec": {
+        "containers": [{"image": "my/prebuilt:1"}]}}}}, "build": {"enabled": true}}));
+    assert!(build(&custom, &build_cfg(true)).unwrap().build.is_none());
+    // On without a registry: a clear BuildFailed, not a Job that cannot push.
+    let err = build(&on, &cfg()).unwrap_err();
+    assert_eq!(err.reason(), "BuildFailed");
+    assert!(err.to_string().contains("--build-registry"), "{err}");
+}
+
+#[test]
+fn build_tag_is_content_addressed() {
+    let c = build_cfg(true);
+    let plan = |extra: Value| build(&py(extra), &c).unwrap().build.unwrap();
+    let a = plan(json!({"deps": "requests==2.31.0"}));
+    assert_eq!(a.image, format!("127.0.0.1:5000/fns/team/hello:{}", a.tag()));
+    assert_eq!(a.tag().len(), 24);
+    assert!(a.job_name.starts_with("hello-build-") && a.job_name.len() <= 63);
+    // Same inputs, same image: nothing to rebuild, and a rollback finds its old image.
+    assert_eq!(plan(json!({"deps": "requests==2.31.0"})).image, a.image);
+    // What goes into the layer changes the tag.
+    for extra in [
+        json!({"deps": "requests==2.32.0"}),
+        json!({"deps": "requests==2.31.0", "function": "def handler(e, c):\n    return 1\n"}),
+        json!({"deps": "requests==2.31.0", "runtime": "python3.11"}),
+        json!({"deps": "requests==2.31.0", "handler": "hello.other"}),
+    ] {
+        assert_ne!(plan(extra.clone()).image, a.image, "{extra}");
+    }
+    // What does not (timeout, env, replicas) keeps it.
+    let same = plan(json!({"deps": "requests==2.31.0", "timeout": "30",
+        "deployment": {"spec": {"replicas": 2, "template": {"spec": {"containers": [{"env": [{"name": "A", "value": "1"}]}]}}}}}));
+    assert_eq!(same.image, a.image);
+    // Long names still give a valid Job name.
+    let long = "f".repeat(63);
+    assert_eq!(crate::build_step::job_name(&long, &a.hash).len(), 63);
+}
+
+#[test]
+fn build_job_runs_the_install_steps_then_pushes_and_passes_restricted() {
+    let c = build_cfg(true);
+    let d = build(&py(json!({"deps": "requests==2.31.0"})), &c).unwrap();
+    let plan = d.build.clone().unwrap();
+    let access = crate::build_step::RegistryAccess {
+        secret: Some("kubeless-registry-credentials".into()),
+        docker_config: true,
+        ca: true,
+    };
+    let job = plan.job(&access);
+    let spec = job.spec.as_ref().unwrap();
+    assert_eq!(spec.backoff_limit, Some(0));
+    let pod = spec.template.spec.as_ref().unwrap();
+    assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+    let steps: Vec<_> = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(steps, vec!["prepare", "install"]);
+    let push = &pod.containers[0];
+    assert_eq!(push.image.as_deref(), Some(crate::config::DEFAULT_BUILDER_IMAGE));
+    let env = env_of(push);
+    assert_eq!(env["KUBELESS_BUILD_TARGET"], plan.image);
+    assert_eq!(env["KUBELESS_BUILD_BASE"], "kubeless-rs/runtime-python:3.12");
+    assert_eq!(env["KUBELESS_REGISTRY_INSECURE"], "true");
+    assert_eq!(
+        env["KUBELESS_DOCKER_CONFIG"],
+        "/var/run/kubeless/registry/.dockerconfigjson"
+    );
+    assert_eq!(env["KUBELESS_REGISTRY_CA_FILE"], "/var/run/kubeless/registry/ca.crt");
+    assert_eq!(restricted_violations(pod), Vec::<String>::new());
+    // Build pods are not the function's pods: the Service must not select them.
+    let labels = spec.template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    assert!(!labels.contains_key("function"), "{labels:?}");
+    assert_eq!(job.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+    // No Secret: no registry volume, anonymous push.
+    let anon = plan.job(&Default::default());
+    let pod = anon.spec.unwrap().template.spec.unwrap();
+    assert!(pod.volumes.iter().flatten().all(|v| v.secret.is_none()));
+    assert!(!env_of(&pod.containers[0]).contains_key("KUBELESS_DOCKER_CONFIG"));
+}
+
+#[test]
+fn the_built_image_runs_without_install_steps_or_code_volume() {
+    let d = build(&py(json!({"deps": "requests==2.31.0"})), &build_cfg(true)).unwrap();
+    let before = applied_hash(&d.deployment).map(str::to_string);
+    let image = d.build.clone().unwrap().image;
+    let d = with_built_image(d, &image);
+    let pod = pod_spec(&d);
+    assert!(pod.init_containers.is_none());
+    assert!(pod.volumes.iter().flatten().all(|v| v.name != SRC_VOLUME && v.name != INSTALL_VOLUME));
+    let c = &pod.containers[0];
+    assert_eq!(c.image.as_deref(), Some(image.as_str()));
+    assert!(c.volume_mounts.iter().flatten().all(|m| m.name != INSTALL_VOLUME));
+    assert_eq!(env_of(c)["KUBELESS_INSTALL_VOLUME"], INSTALL_DIR);
+    assert_eq!(d.image, image);
+    assert_ne!(applied_hash(&d.deployment).map(str::to_string), before);
+    assert_eq!(restricted_violations(pod), Vec::<String>::new());
+}
