@@ -680,7 +680,13 @@ pub fn describe_text(f: &Function) -> String {
         ("Timeout", f.spec.timeout.clone().unwrap_or_default()),
         ("Checksum", f.spec.checksum.clone().unwrap_or_default()),
         ("Status", status),
-        ("Image", f.status.as_ref().and_then(|s| s.image.clone()).unwrap_or_default()),
+        (
+            "Image",
+            f.status
+                .as_ref()
+                .and_then(|s| s.image.clone())
+                .unwrap_or_default(),
+        ),
         ("Build", build_text(f)),
         ("Dependencies", f.spec.deps.clone().unwrap_or_default()),
     ];

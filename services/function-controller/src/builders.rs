@@ -269,7 +269,15 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
         hpa.is_some(),
         &content_hash,
     );
-    let build = build_plan(f, cfg, &plan, &ctx, &config_map, &deployment, &meta(name.clone()))?;
+    let build = build_plan(
+        f,
+        cfg,
+        &plan,
+        &ctx,
+        &config_map,
+        &deployment,
+        &meta(name.clone()),
+    )?;
     let deployment = stamp(deployment);
 
     let service_port = service_spec

@@ -65,9 +65,13 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
         .get(&ObjectRef::new(&plan.job_name).within(&ns));
     if let Some(job) = job {
         return Ok(match job_state(&job) {
-            JobState::Running => Outcome::Building(status(states::BUILDING, Some(&plan.job_name), None)),
+            JobState::Running => {
+                Outcome::Building(status(states::BUILDING, Some(&plan.job_name), None))
+            }
             JobState::Succeeded => {
-                let was = previous.as_ref().map(|s| (s.state.as_str(), s.hash.as_str()));
+                let was = previous
+                    .as_ref()
+                    .map(|s| (s.state.as_str(), s.hash.as_str()));
                 if was != Some((states::BUILT, plan.hash.as_str())) {
                     publish(
                         ctx,
@@ -101,7 +105,10 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
                 f,
                 EventType::Normal,
                 build_reasons::REUSED,
-                &format!("{} is already in the registry ({digest}): nothing to build", plan.image),
+                &format!(
+                    "{} is already in the registry ({digest}): nothing to build",
+                    plan.image
+                ),
             )
             .await;
             prune(f, ctx, &plan.job_name).await;

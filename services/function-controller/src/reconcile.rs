@@ -326,10 +326,7 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         }
     }
     let cond = if let Some(crate::building::Outcome::Failed(b)) = &build {
-        Condition::not_ready(
-            reasons::BUILD_FAILED,
-            b.message.clone().unwrap_or_default(),
-        )
+        Condition::not_ready(reasons::BUILD_FAILED, b.message.clone().unwrap_or_default())
     } else if let (Some(crate::building::Outcome::Building(b)), false) = (&build, ready) {
         Condition::not_ready(
             reasons::BUILDING,
@@ -734,7 +731,13 @@ struct StatusPatch<'a> {
     status: &'a FunctionStatus,
 }
 
-pub(crate) async fn publish(ctx: &Context, f: &Function, type_: EventType, reason: &str, note: &str) {
+pub(crate) async fn publish(
+    ctx: &Context,
+    f: &Function,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
     let ev = KubeEvent {
         type_,
         reason: reason.to_string(),

@@ -500,7 +500,10 @@ fn build_tag_is_content_addressed() {
     let c = build_cfg(true);
     let plan = |extra: Value| build(&py(extra), &c).unwrap().build.unwrap();
     let a = plan(json!({"deps": "requests==2.31.0"}));
-    assert_eq!(a.image, format!("127.0.0.1:5000/fns/team/hello:{}", a.tag()));
+    assert_eq!(
+        a.image,
+        format!("127.0.0.1:5000/fns/team/hello:{}", a.tag())
+    );
     assert_eq!(a.tag().len(), 24);
     assert!(a.job_name.starts_with("hello-build-") && a.job_name.len() <= 63);
     // Same inputs, same image: nothing to rebuild, and a rollback finds its old image.
@@ -546,21 +549,40 @@ fn build_job_runs_the_install_steps_then_pushes_and_passes_restricted() {
         .collect();
     assert_eq!(steps, vec!["prepare", "install"]);
     let push = &pod.containers[0];
-    assert_eq!(push.image.as_deref(), Some(crate::config::DEFAULT_BUILDER_IMAGE));
+    assert_eq!(
+        push.image.as_deref(),
+        Some(crate::config::DEFAULT_BUILDER_IMAGE)
+    );
     let env = env_of(push);
     assert_eq!(env["KUBELESS_BUILD_TARGET"], plan.image);
-    assert_eq!(env["KUBELESS_BUILD_BASE"], "kubeless-rs/runtime-python:3.12");
+    assert_eq!(
+        env["KUBELESS_BUILD_BASE"],
+        "kubeless-rs/runtime-python:3.12"
+    );
     assert_eq!(env["KUBELESS_REGISTRY_INSECURE"], "true");
     assert_eq!(
         env["KUBELESS_DOCKER_CONFIG"],
         "/var/run/kubeless/registry/.dockerconfigjson"
     );
-    assert_eq!(env["KUBELESS_REGISTRY_CA_FILE"], "/var/run/kubeless/registry/ca.crt");
+    assert_eq!(
+        env["KUBELESS_REGISTRY_CA_FILE"],
+        "/var/run/kubeless/registry/ca.crt"
+    );
     assert_eq!(restricted_violations(pod), Vec::<String>::new());
     // Build pods are not the function's pods: the Service must not select them.
-    let labels = spec.template.metadata.as_ref().unwrap().labels.clone().unwrap();
+    let labels = spec
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
     assert!(!labels.contains_key("function"), "{labels:?}");
-    assert_eq!(job.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+    assert_eq!(
+        job.metadata.owner_references.as_ref().unwrap()[0].uid,
+        "uid-1"
+    );
     // No Secret: no registry volume, anonymous push.
     let anon = plan.job(&Default::default());
     let pod = anon.spec.unwrap().template.spec.unwrap();
@@ -576,10 +598,20 @@ fn the_built_image_runs_without_install_steps_or_code_volume() {
     let d = with_built_image(d, &image);
     let pod = pod_spec(&d);
     assert!(pod.init_containers.is_none());
-    assert!(pod.volumes.iter().flatten().all(|v| v.name != SRC_VOLUME && v.name != INSTALL_VOLUME));
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != SRC_VOLUME && v.name != INSTALL_VOLUME)
+    );
     let c = &pod.containers[0];
     assert_eq!(c.image.as_deref(), Some(image.as_str()));
-    assert!(c.volume_mounts.iter().flatten().all(|m| m.name != INSTALL_VOLUME));
+    assert!(
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .all(|m| m.name != INSTALL_VOLUME)
+    );
     assert_eq!(env_of(c)["KUBELESS_INSTALL_VOLUME"], INSTALL_DIR);
     assert_eq!(d.image, image);
     assert_ne!(applied_hash(&d.deployment).map(str::to_string), before);
