@@ -167,6 +167,7 @@ impl DevCluster {
                     pod_ip_base: pod_ip_range(),
                     hpa_sync_period,
                     pods,
+                    image_cache: devcluster_runner::ImageCache::new(state_dir.join("images")),
                     ..RunnerConfig::default()
                 };
                 server.set_exec_backend(Arc::new(RunnerExec(config.running.clone())));

@@ -114,6 +114,8 @@ pub fn is_loopback_registry(image: &str) -> bool {
 pub struct ImageInfo {
     /// `sha256:...`
     pub id: String,
+    /// The manifest digest podman pulled it by (`sha256:...`); empty when it does not know one.
+    pub digest: String,
     /// The image's `USER`, as written (may be empty, a name, or `uid[:gid]`).
     pub user: String,
 }
@@ -142,18 +144,30 @@ fn stderr_text(out: &std::process::Output) -> String {
 async fn inspect_image(rt: &ContainerRuntime, image: &str) -> Result<Option<ImageInfo>, String> {
     let out = podman_output(
         rt,
-        &["image", "inspect", "--format", "{{.Id}} {{.User}}", image],
+        &[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}} {{.Digest}} {{.User}}",
+            image,
+        ],
     )
     .await?;
     if !out.status.success() {
         return Ok(None);
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().next().unwrap_or("").trim();
-    let (id, user) = line.split_once(' ').unwrap_or((line, ""));
+    let mut fields = text.lines().next().unwrap_or("").splitn(3, ' ');
+    let id = fields.next().unwrap_or("").trim();
+    let digest = fields.next().unwrap_or("").trim();
     Ok(Some(ImageInfo {
         id: format!("sha256:{}", id.trim_start_matches("sha256:")),
-        user: user.trim().to_string(),
+        digest: if digest.starts_with("sha256:") {
+            digest.to_string()
+        } else {
+            String::new()
+        },
+        user: fields.next().unwrap_or("").trim().to_string(),
     }))
 }
 
@@ -781,6 +795,7 @@ mod tests {
             container(serde_json::json!({"name": "m", "securityContext": {"runAsNonRoot": true}}));
         let root = ImageInfo {
             id: "sha256:1".into(),
+            digest: String::new(),
             user: String::new(),
         };
         let e = spec_of(&c, &root).unwrap_err();

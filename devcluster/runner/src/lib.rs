@@ -33,6 +33,7 @@ pub mod deployment;
 pub mod endpoints;
 mod error;
 pub mod hpa;
+pub mod image_cache;
 pub mod image_map;
 pub mod job;
 mod kubelet;
@@ -49,6 +50,7 @@ pub mod util;
 
 pub use container::{ContainerRuntime, PodRuntime};
 pub use error::{Error, Result};
+pub use image_cache::ImageCache;
 pub use image_map::{ImageEntry, ImageMap};
 pub use running::{ContainerStdin, RunningContainers, RunningProcess};
 pub use service_account::ApiAccess;
@@ -97,6 +99,8 @@ pub struct RunnerConfig {
     pub metric_resolution: Duration,
     /// Whether pods run as local processes (image map) or from their images with podman.
     pub pods: PodRuntime,
+    /// Process mode: registry images not in the image map, unpacked once per manifest digest.
+    pub image_cache: ImageCache,
 }
 
 impl Default for RunnerConfig {
@@ -119,6 +123,7 @@ impl Default for RunnerConfig {
             usage: usage::UsageSampler::default(),
             metric_resolution: usage::DEFAULT_RESOLUTION,
             pods: PodRuntime::Process,
+            image_cache: ImageCache::new(base.join("images")),
         }
     }
 }

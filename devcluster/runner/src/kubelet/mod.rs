@@ -5,6 +5,7 @@ mod instance;
 mod pod;
 mod podman;
 mod probes;
+mod pull;
 mod status;
 mod supervise;
 mod volumes;

@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Secret};
+use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 
 use crate::container::{ContainerRuntime, Mount};
 use crate::podstatus::RunState;
@@ -16,6 +15,7 @@ use crate::process::{LogSink, rotate_log, spawn};
 use crate::spec::ProcessSpec;
 
 use super::instance::{after_exit, run_instance, start_error, wait_or_cancel};
+use super::pull::{pull_back_off, pull_secret_auths};
 use super::status::pod_event;
 use super::volumes::{fetch_refs, write_file};
 use super::{Kind, PodEnv, backoff_delay};
@@ -73,21 +73,17 @@ pub(super) async fn supervise_container(
                 info
             }
             Err(p) => {
-                pod_event(&env, &container.name, true, "Failed", &p.message).await;
-                env.rep.update(kind, idx, |c| {
-                    c.state = RunState::waiting(p.reason, Some(p.message.clone()))
-                });
-                if wait_or_cancel(&env.cancel, Duration::from_secs(1)).await {
-                    return None;
-                }
-                let delay = backoff(pull_failures);
-                pull_failures += 1;
-                let msg = format!("Back-off pulling image {image:?}: {}", p.message);
-                pod_event(&env, &container.name, true, "BackOff", &msg).await;
-                env.rep.update(kind, idx, |c| {
-                    c.state = RunState::waiting("ImagePullBackOff", Some(msg))
-                });
-                if wait_or_cancel(&env.cancel, delay).await {
+                if pull_back_off(
+                    &env,
+                    kind,
+                    idx,
+                    &container.name,
+                    &image,
+                    p,
+                    &mut pull_failures,
+                )
+                .await
+                {
                     return None;
                 }
                 continue;
@@ -226,7 +222,12 @@ pub(super) async fn supervise_container(
             ],
         };
         let cwd = env.pod_dir.join("home");
-        let image_id = format!("{image}@{}", info.id);
+        // As a kubelet reports it: the repository and the manifest digest it was pulled by.
+        let image_id = if info.digest.is_empty() {
+            format!("{image}@{}", info.id)
+        } else {
+            format!("{}@{}", crate::image_cache::repository(&image), info.digest)
+        };
         let started_at = Timestamp::now();
         let began = Instant::now();
         let outcome = match spawn(&attach, &cwd, &sink).await {
@@ -270,39 +271,9 @@ pub(super) async fn supervise_container(
     }
 }
 
-/// The pod's image pull Secrets as an auth file for podman (read again before every pull, as
-/// the kubelet does), or None when it has none. A missing or unusable Secret gets a warning
-/// Event and the pull goes on with the rest, as on a cluster.
+/// The pod's image pull Secrets as an auth file for podman, or None when it has none.
 async fn pull_authfile(env: &PodEnv, container: &str) -> Option<PathBuf> {
-    if env.image_pull_secrets.is_empty() {
-        return None;
-    }
-    let api: Api<Secret> = Api::namespaced(env.ctx.client.clone(), &env.facts.namespace);
-    let mut secrets = Vec::new();
-    let mut problems = Vec::new();
-    for name in &env.image_pull_secrets {
-        match api.get_opt(name).await {
-            Ok(Some(s)) => secrets.push(s),
-            Ok(None) => problems.push(format!("image pull secret {name:?} does not exist")),
-            Err(e) => problems.push(format!("reading image pull secret {name:?}: {e}")),
-        }
-    }
-    let (auths, unusable) = crate::container::pull_auths(&secrets);
-    problems.extend(unusable);
-    if !problems.is_empty() {
-        let message = format!(
-            "{}; pulling the image without them may fail",
-            problems.join("; ")
-        );
-        pod_event(
-            env,
-            container,
-            true,
-            "FailedToRetrieveImagePullSecret",
-            &message,
-        )
-        .await;
-    }
+    let auths = pull_secret_auths(env, container).await?;
     let path = env.pod_dir.join("registry-auth.json");
     match write_file(&path, auths.to_string().as_bytes(), Some(0o600)) {
         Ok(()) => Some(path),

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use devcluster_apiserver::{RunningServer, ServerConfig};
-use devcluster_runner::{ImageMap, Runner, RunnerConfig};
+use devcluster_runner::{ImageCache, ImageMap, Runner, RunnerConfig};
 use kube::Client;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +46,7 @@ pub async fn start(ip_base: Ipv4Addr, tweak: impl FnOnce(&mut RunnerConfig)) -> 
         pod_ip_base: ip_base,
         max_grace_period: Duration::from_secs(2),
         termination_drain: Duration::from_millis(500),
+        image_cache: ImageCache::new(dir.path().join("images")),
         ..Default::default()
     };
     config
