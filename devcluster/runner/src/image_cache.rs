@@ -314,6 +314,14 @@ pub fn base_candidates(base: &str) -> Vec<String> {
     out
 }
 
+/// The image map entry `image` runs as without a pull: the names of [`base_candidates`], so an
+/// image of a registry on this machine (`127.0.0.1:5000/kubeless-rs/runtime-python:3.11`, what
+/// the chart's `global.imageRegistry` makes of the runtime catalogue) runs as the entry of the
+/// image this checkout built, as its base would.
+pub fn resolve_local<'a>(map: &'a ImageMap, image: &str) -> Option<&'a ImageEntry> {
+    base_candidates(image).iter().find_map(|c| map.resolve(c))
+}
+
 /// The image map entry a pulled image's base runs as, or an `ErrImagePull` problem naming it.
 pub fn resolve_base<'a>(
     map: &'a ImageMap,
@@ -428,6 +436,21 @@ mod tests {
         );
         // A bare digest has no tag to fall back to.
         assert_eq!(base_candidates("a/b@sha256:00"), vec!["a/b@sha256:00"]);
+    }
+
+    #[test]
+    fn loopback_registry_images_run_as_their_map_entry_without_a_pull() {
+        let map = ImageMap::parse(
+            "- image: \"kubeless-rs/runtime-python:*\"\n  cmd: [\"py\"]\n",
+            Path::new("t.yaml"),
+        )
+        .unwrap();
+        assert!(resolve_local(&map, "127.0.0.1:5000/kubeless-rs/runtime-python:3.11").is_some());
+        assert!(resolve_local(&map, "kubeless-rs/runtime-python:3.11").is_some());
+        // A function image there is not a map entry: it is pulled.
+        assert!(resolve_local(&map, "127.0.0.1:5000/functions/default/hello:abc").is_none());
+        // Another registry's image is never matched by repository name alone.
+        assert!(resolve_local(&map, "quay.io/kubeless-rs/runtime-python:3.11").is_none());
     }
 
     #[test]
