@@ -215,13 +215,21 @@ async fn pull_registry_image(
     let policy = crate::container::pull_policy(image, container.image_pull_policy.as_deref());
     let started = Instant::now();
     let options = registry_options(env, &container.name, image);
+    let map = &env.ctx.config.image_map;
     let pulled = env
         .ctx
         .config
         .image_cache
         .pull(image, policy, options)
-        .await?;
-    let map = &env.ctx.config.image_map;
+        .await
+        .map_err(|mut p| {
+            // Say why it went to a registry at all: a missing map entry is the usual mistake.
+            p.message.push_str(&format!(
+                " (the image is not in the devcluster image map ({}), so it is pulled from its registry)",
+                map.describe_sources()
+            ));
+            p
+        })?;
     let entry = resolve_base(map, image, &pulled.image.base)?.clone();
     if announce {
         let digest = &pulled.image.digest;
