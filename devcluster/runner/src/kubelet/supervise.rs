@@ -55,7 +55,12 @@ pub(super) async fn supervise(
             }
             None if registry_host(&image).is_some() => {
                 let announce = first || pull_failures > 0;
-                match pull_registry_image(&env, &container, &image, announce).await {
+                // A pod deleted during a long pull stops waiting for it (the cache cleans up).
+                let pulled = tokio::select! {
+                    r = pull_registry_image(&env, &container, &image, announce) => r,
+                    _ = env.cancel.cancelled() => return None,
+                };
+                match pulled {
                     Ok((entry, root, id)) => {
                         pull_failures = 0;
                         (entry, Some(root), id)
