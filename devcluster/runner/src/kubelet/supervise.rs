@@ -1,5 +1,6 @@
-//! Supervising a container run as a local process from the image map (container mode goes
-//! to `podman`): start it, run it until it ends, and restart it as its restart policy says.
+//! Supervising a container run as a local process from the image map, or from a registry image
+//! built on a mapped base (see [`crate::image_cache`]; container mode goes to `podman`): start
+//! it, run it until it ends, and restart it as its restart policy says.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -9,16 +10,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::container::PodRuntime;
-use crate::podstatus::RunState;
-use crate::process::{LogSink, rotate_log, spawn};
-use crate::spec::{PathMap, build_process};
-
-use crate::container::{Problem, is_loopback_registry};
+use crate::container::{PodRuntime, Problem, is_loopback_registry};
 use crate::image_cache::{
     ENV_REGISTRY_CA_FILE, copy_tree, image_mounts, registry_host, repository, resolve_base,
 };
 use crate::image_map::ImageEntry;
+use crate::podstatus::RunState;
+use crate::process::{LogSink, rotate_log, spawn};
+use crate::spec::{PathMap, build_process};
 
 use super::instance::{after_exit, run_instance, start_error, wait_or_cancel};
 use super::podman::supervise_container;
