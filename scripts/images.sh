@@ -39,6 +39,7 @@ nats-trigger $VERSION services/nats-trigger/Dockerfile
 kafka-trigger $VERSION services/kafka-trigger/Dockerfile
 kinesis-trigger $VERSION services/kinesis-trigger/Dockerfile
 redis-trigger $VERSION services/redis-trigger/Dockerfile
+builder $VERSION builder/Dockerfile
 runtime-python 3.11 runtimes/python/Dockerfile
 runtime-nodejs ${NODE_MAJOR:-none} runtimes/nodejs/Dockerfile
 runtime-ruby 3.1 runtimes/ruby/Dockerfile

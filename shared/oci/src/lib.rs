@@ -71,7 +71,8 @@ pub struct RegistryOptions {
     pub docker_config: Option<Vec<u8>>,
 }
 
-/// A client for the registries an image reference names.
+/// A client for the registries an image reference names. Cheap to clone (one connection pool).
+#[derive(Clone)]
 pub struct Registry {
     client: Client,
     docker_config: Option<Vec<u8>>,
@@ -179,6 +180,38 @@ pub struct Unpacked {
     pub base_digest: String,
 }
 
+/// What [`Registry::inspect`] reads of an image.
+#[derive(Clone, Debug)]
+pub struct Inspected {
+    /// The manifest digest (for an index: the linux/amd64 image's).
+    pub digest: String,
+    /// The manifest media type.
+    pub media_type: String,
+    /// The manifest annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// The layers, bottom first.
+    pub layers: Vec<LayerInfo>,
+    /// The image config (`config.Entrypoint`, `config.User`, `rootfs.diff_ids`, ...).
+    pub config: Value,
+}
+
+/// One layer of an [`Inspected`] image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerInfo {
+    pub digest: String,
+    pub media_type: String,
+    pub size: u64,
+}
+
+/// One image of an index pushed by [`Registry::push_index`].
+#[derive(Clone, Debug)]
+pub struct IndexImage<'a> {
+    /// An image in the same repository as the index.
+    pub image: &'a str,
+    pub os: &'a str,
+    pub architecture: &'a str,
+}
+
 /// An image manifest read from a registry, an index already resolved to linux/amd64.
 struct Resolved {
     /// `registry/repo@digest` of the image manifest.
@@ -246,6 +279,18 @@ impl Registry {
             ..ClientConfig::default()
         };
         if let Some(pem) = ca_pem {
+            // reqwest takes PEM without a certificate in it silently; say so instead.
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Error::Options {
+                    reason: format!("the CA certificates are not valid PEM: {e}"),
+                })?;
+            if certs.is_empty() {
+                return Err(Error::Options {
+                    reason: "the CA file holds no PEM certificate".into(),
+                });
+            }
             config.extra_root_certificates.push(Certificate {
                 encoding: CertificateEncoding::Pem,
                 data: pem,
@@ -660,6 +705,105 @@ impl Registry {
         let digest = sha256_digest(&body);
         self.client
             .push_manifest_raw(target_ref, body, content_type)
+            .await
+            .map_err(|e| ctx.error(e))?;
+        Ok(digest)
+    }
+
+    /// The manifest and config of `image` (an index resolved to linux/amd64).
+    pub async fn inspect(&self, image: &str) -> Result<Inspected, Error> {
+        let reference = parse_reference(image)?;
+        let resolved = self.resolve(&reference, image, "image").await?;
+        let auth = self.login(&reference).await?;
+        let ctx = Self::context(
+            &reference,
+            image,
+            "reading the config of",
+            "config of image",
+            &auth,
+        );
+        let config = self
+            .pull_blob(&resolved.reference, &resolved.manifest.config, ctx)
+            .await?;
+        let config = serde_json::from_slice(&config).map_err(|e| Error::Image {
+            image: image.to_string(),
+            reason: format!("the image config is not JSON: {e}"),
+        })?;
+        Ok(Inspected {
+            digest: resolved.digest,
+            media_type: resolved.format.manifest_media_type().to_string(),
+            annotations: resolved.manifest.annotations.unwrap_or_default(),
+            layers: resolved
+                .manifest
+                .layers
+                .iter()
+                .map(|l| LayerInfo {
+                    digest: l.digest.clone(),
+                    media_type: l.media_type.clone(),
+                    size: u64::try_from(l.size).unwrap_or(0),
+                })
+                .collect(),
+            config,
+        })
+    }
+
+    /// Pushes an OCI image index `target` over images of its repository (multi-platform
+    /// fixtures); returns its digest.
+    pub async fn push_index(
+        &self,
+        target: &str,
+        images: &[IndexImage<'_>],
+    ) -> Result<String, Error> {
+        let target_ref = parse_reference(target)?;
+        let mut manifests = Vec::new();
+        for entry in images {
+            let reference = parse_reference(entry.image)?;
+            let auth = self.login(&reference).await?;
+            let ctx = Self::context(&reference, entry.image, "reading", "image", &auth);
+            let (body, digest) = self
+                .client
+                .pull_manifest_raw(
+                    &reference,
+                    &auth,
+                    &[OCI_IMAGE_MEDIA_TYPE, IMAGE_MANIFEST_MEDIA_TYPE],
+                )
+                .await
+                .map_err(|e| ctx.error(e))?;
+            let media_type = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|v| {
+                    v.get("mediaType")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| OCI_IMAGE_MEDIA_TYPE.to_string());
+            manifests.push(serde_json::json!({
+                "mediaType": media_type,
+                "digest": digest,
+                "size": body.len(),
+                "platform": { "os": entry.os, "architecture": entry.architecture },
+            }));
+        }
+        let body = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_IMAGE_INDEX_MEDIA_TYPE,
+            "manifests": manifests,
+        }))
+        .map_err(|e| Error::Image {
+            image: target.to_string(),
+            reason: format!("cannot write the index: {e}"),
+        })?;
+        let auth = self.login(&target_ref).await?;
+        let ctx = Self::context(&target_ref, target, "pushing", "repository of", &auth);
+        let content_type = OCI_IMAGE_INDEX_MEDIA_TYPE
+            .parse()
+            .map_err(|_| Error::Image {
+                image: target.to_string(),
+                reason: "invalid index media type".into(),
+            })?;
+        let digest = sha256_digest(&body);
+        self.client
+            .push_manifest_raw(&target_ref, body, content_type)
             .await
             .map_err(|e| ctx.error(e))?;
         Ok(digest)
