@@ -202,6 +202,7 @@ impl ImageCache {
         tokio::fs::create_dir_all(&self.dir)
             .await
             .map_err(|e| io(&self.dir, e))?;
+        self.remove_abandoned_unpacks().await;
         let tmp = self
             .dir
             .join(format!(".unpacking-{}", crate::util::generate_name("")));
@@ -251,6 +252,34 @@ impl ImageCache {
         self.cached(digest)
             .await
             .ok_or_else(|| format!("{} vanished after its unpack", dest.display()))
+    }
+}
+
+impl ImageCache {
+    /// Removes the temporary folders of unpacks that cannot still be running (older than twice
+    /// the unpack timeout): what a runner killed in the middle of an unpack, or a pod deleted
+    /// during its pull, left behind.
+    async fn remove_abandoned_unpacks(&self) {
+        let Ok(mut entries) = tokio::fs::read_dir(&self.dir).await else {
+            return;
+        };
+        while let Ok(Some(entry)) = entries.next_entry().await {
+            let abandoned = entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".unpacking-")
+                && entry
+                    .metadata()
+                    .await
+                    .ok()
+                    .and_then(|m| m.modified().ok())
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > UNPACK_TIMEOUT * 2);
+            if abandoned {
+                tracing::info!(path = %entry.path().display(), "removing an abandoned unpack");
+                let _ = tokio::fs::remove_dir_all(entry.path()).await;
+            }
+        }
     }
 }
 

@@ -4,8 +4,9 @@
 //! machine: a Deployment controller (Pods directly, no
 //! ReplicaSets), Job and CronJob controllers, an Endpoints/EndpointSlice
 //! controller, and a "kubelet" that runs each Pod's containers as local
-//! processes chosen by an image map, or (container mode, [`PodRuntime::Container`]) from
-//! their images with podman. It talks to the API server only through
+//! processes chosen by an image map (a registry image built on a mapped base runs as that base
+//! with its added layers unpacked, [`image_cache`]), or (container mode,
+//! [`PodRuntime::Container`]) from their images with podman. It talks to the API server only through
 //! `kube::Client`. For local development and tests, never production.
 
 use std::collections::BTreeMap;

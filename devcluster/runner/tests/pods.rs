@@ -190,7 +190,7 @@ async fn unmapped_image_waits_with_a_clear_reason() {
         &client,
         json!({
             "metadata": {"name": "mystery", "namespace": NS},
-            "spec": {"containers": [{"name": "main", "image": "example.org/no-such-image:7"}]}
+            "spec": {"containers": [{"name": "main", "image": "no-such-org/no-such-image:7"}]}
         }),
     )
     .await;
@@ -203,7 +203,7 @@ async fn unmapped_image_waits_with_a_clear_reason() {
     .await;
     let msg = waiting.message.unwrap();
     assert!(
-        msg.contains("example.org/no-such-image:7") && msg.contains("base.yaml"),
+        msg.contains("no-such-org/no-such-image:7") && msg.contains("base.yaml"),
         "{msg}"
     );
     let p = get_pod(&client, "mystery").await.unwrap();

@@ -98,11 +98,11 @@ impl LoopbackRegistry {
         .unwrap()
     }
 
-    /// Pushes a base image `{addr}/{repo}:1` (one layer holding `/base/marker.txt`); its name.
-    async fn push_base(&self, repo: &str) -> String {
+    /// Pushes a base image `{addr}/{name}` (one layer holding `/base/marker.txt`); its reference.
+    async fn push_base(&self, name: &str) -> String {
         let files = tempfile::tempdir().unwrap();
         std::fs::write(files.path().join("marker.txt"), "base layer\n").unwrap();
-        let target = format!("{}/{repo}:1", self.addr);
+        let target = format!("{}/{name}", self.addr);
         self.client()
             .push_scratch(&PushScratch {
                 target: &target,
@@ -256,13 +256,13 @@ async fn registry_images_run_as_their_base_with_the_added_layer() {
         return;
     }
     let registry = LoopbackRegistry::start(None);
-    let base = registry.push_base(BASE_REPO).await;
+    let base = registry.push_base(&format!("{BASE_REPO}:1")).await;
     let image = format!("{}/devcluster-test/fn:1", registry.addr);
     let digest = registry
         .push_function(&base, &image, "hello from the added layer")
         .await;
     // A function image on a base the image map does not have.
-    let unmapped_base = registry.push_base("devcluster-test/unmapped").await;
+    let unmapped_base = registry.push_base("devcluster-test/unmapped:1").await;
     let unmapped = format!("{}/devcluster-test/on-unmapped:1", registry.addr);
     registry
         .push_function(&unmapped_base, &unmapped, "never read")
@@ -376,6 +376,10 @@ async fn registry_images_run_as_their_base_with_the_added_layer() {
     let message = pull_failure(&client, "missing-tag").await;
     assert!(message.contains("manifest unknown"), "{message}");
     assert!(message.contains("no-such-tag"), "{message}");
+    assert!(
+        message.contains("not in the devcluster image map"),
+        "{message}"
+    );
     let message = pull_failure(&client, "unmapped-base").await;
     assert!(
         message.contains("devcluster-test/unmapped:1")
@@ -412,7 +416,7 @@ async fn registry_credentials_come_from_image_pull_secrets() {
         return;
     }
     let registry = LoopbackRegistry::start(Some("puller:pull-s3cret"));
-    let base = registry.push_base(BASE_REPO).await;
+    let base = registry.push_base(&format!("{BASE_REPO}:1")).await;
     let image = format!("{}/devcluster-test/private-fn:1", registry.addr);
     registry
         .push_function(&base, &image, "hello from a private registry")
@@ -622,5 +626,105 @@ async fn container_mode_runs_function_images_from_the_registry() {
         lower.contains("unauthorized") || lower.contains("authentication"),
         "{message}"
     );
+    h.stop().await;
+}
+
+/// The build step's real case in process mode: a Python function image whose base is
+/// `{registry}/kubeless-rs/runtime-python:3.11` runs as the repository's `runtimes.yaml` entry
+/// (the `kubeless-runtime` binary), which loads the handler from `KUBELESS_INSTALL_VOLUME=/kubeless`
+/// with no volume there, and answers HTTP at the pod address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_python_function_image_answers_with_the_real_runtime() {
+    let runtime = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("kubeless-runtime");
+    let missing = (!runtime.exists()).then(|| {
+        format!(
+            "{} is missing (`cargo build -p kubeless-runtime`)",
+            runtime.display()
+        )
+    });
+    if let Some(why) = registry_unusable().or(missing) {
+        eprintln!(
+            "SKIPPED registry_images (python function): {why}. docker-registry: `source scripts/lib.sh && ensure_containers`."
+        );
+        return;
+    }
+    let registry = LoopbackRegistry::start(None);
+    // The base only has to exist in the registry: process mode runs the image map's command.
+    let base = registry.push_base("kubeless-rs/runtime-python:3.11").await;
+    let code = tempfile::tempdir().unwrap();
+    std::fs::write(
+        code.path().join("handler.py"),
+        "def hello(event, context):\n    data = event['data']\n    return 'hello ' + (data.decode() if isinstance(data, bytes) else str(data))\n",
+    )
+    .unwrap();
+    let image = format!("{}/kubeless-rs/fn-hello:1", registry.addr);
+    registry
+        .client()
+        .push_layer(&PushLayer {
+            base: &base,
+            target: &image,
+            dir: code.path(),
+            root: "/kubeless",
+            labels: BTreeMap::new(),
+        })
+        .await
+        .unwrap();
+    let runtimes = Path::new(env!("CARGO_MANIFEST_DIR")).join("../images.d/runtimes.yaml");
+    let h = start(Ipv4Addr::new(127, 84, 0, 0), |c| {
+        c.image_map.append_file(&runtimes).unwrap();
+    })
+    .await;
+    let client = h.client.clone();
+    create_pod(
+        &client,
+        json!({
+            "metadata": {"name": "hello", "namespace": NS},
+            "spec": {"containers": [{
+                "name": "hello", "image": image,
+                "env": [
+                    {"name": "FUNC_HANDLER", "value": "hello"},
+                    {"name": "MOD_NAME", "value": "handler"},
+                    {"name": "FUNC_RUNTIME", "value": "python3.11"},
+                    {"name": "FUNC_PORT", "value": "8080"},
+                    {"name": "KUBELESS_INSTALL_VOLUME", "value": "/kubeless"}
+                ],
+                "ports": [{"containerPort": 8080}]
+            }]}
+        }),
+    )
+    .await;
+    let ip = eventually("pod hello ready", 60, || async {
+        let p = pod(&client, "hello").await?;
+        let status = p.status?;
+        let ready = status
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        ready.then_some(status.pod_ip?)
+    })
+    .await;
+    let answer = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect((ip.as_str(), 8080)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: fn\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nworld")
+            .unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out
+    })
+    .await
+    .unwrap();
+    let log = Api::<Pod>::namespaced(client.clone(), NS)
+        .logs("hello", &LogParams::default())
+        .await
+        .unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}\nlog:\n{log}");
+    assert!(answer.ends_with("hello world"), "{answer}\nlog:\n{log}");
     h.stop().await;
 }

@@ -51,6 +51,19 @@ pub enum Error {
         #[source]
         source: OciDistributionError,
     },
+    /// The TLS handshake failed: an untrusted certificate (see `RegistryOptions::ca_pem`), or a
+    /// plain-HTTP registry spoken to over HTTPS (see `RegistryOptions::insecure`).
+    #[error(
+        "TLS with registry {registry} failed ({action} {image}): {}",
+        chain(source)
+    )]
+    Tls {
+        registry: String,
+        action: &'static str,
+        image: String,
+        #[source]
+        source: OciDistributionError,
+    },
     /// Any other answer of the registry.
     #[error("registry {registry} failed {action} {image}: {}", chain(source))]
     Registry {
@@ -122,6 +135,7 @@ impl Error {
             Error::Denied { .. } => "Denied",
             Error::NotFound { .. } => "NotFound",
             Error::Unreachable { .. } => "Unreachable",
+            Error::Tls { .. } => "Tls",
             Error::Registry { .. } => "RegistryError",
             Error::Image { .. } => "InvalidImage",
             Error::Io { .. } => "Io",
@@ -191,7 +205,18 @@ impl Context<'_> {
             _ => {
                 let unreachable = matches!(&source,
                     OciDistributionError::RequestError(e) if e.is_connect() || e.is_timeout());
-                if unreachable {
+                let text = chain(&source).to_ascii_lowercase();
+                let tls = ["certificate", "tls", "handshake", "corrupt message"]
+                    .iter()
+                    .any(|w| text.contains(w));
+                if unreachable && tls {
+                    Error::Tls {
+                        registry,
+                        action,
+                        image,
+                        source,
+                    }
+                } else if unreachable {
                     Error::Unreachable {
                         registry,
                         action,

@@ -71,7 +71,8 @@ pub struct RegistryOptions {
     pub docker_config: Option<Vec<u8>>,
 }
 
-/// A client for the registries an image reference names.
+/// A client for the registries an image reference names. Cheap to clone (one connection pool).
+#[derive(Clone)]
 pub struct Registry {
     client: Client,
     docker_config: Option<Vec<u8>>,
@@ -278,6 +279,18 @@ impl Registry {
             ..ClientConfig::default()
         };
         if let Some(pem) = ca_pem {
+            // reqwest takes PEM without a certificate in it silently; say so instead.
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            let certs = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| Error::Options {
+                    reason: format!("the CA certificates are not valid PEM: {e}"),
+                })?;
+            if certs.is_empty() {
+                return Err(Error::Options {
+                    reason: "the CA file holds no PEM certificate".into(),
+                });
+            }
             config.extra_root_certificates.push(Certificate {
                 encoding: CertificateEncoding::Pem,
                 data: pem,

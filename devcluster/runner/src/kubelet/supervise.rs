@@ -1,5 +1,6 @@
-//! Supervising a container run as a local process from the image map (container mode goes
-//! to `podman`): start it, run it until it ends, and restart it as its restart policy says.
+//! Supervising a container run as a local process from the image map, or from a registry image
+//! built on a mapped base (see [`crate::image_cache`]; container mode goes to `podman`): start
+//! it, run it until it ends, and restart it as its restart policy says.
 
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -9,16 +10,14 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Container;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::container::PodRuntime;
-use crate::podstatus::RunState;
-use crate::process::{LogSink, rotate_log, spawn};
-use crate::spec::{PathMap, build_process};
-
-use crate::container::{Problem, is_loopback_registry};
+use crate::container::{PodRuntime, Problem, is_loopback_registry};
 use crate::image_cache::{
     ENV_REGISTRY_CA_FILE, copy_tree, image_mounts, registry_host, repository, resolve_base,
 };
 use crate::image_map::ImageEntry;
+use crate::podstatus::RunState;
+use crate::process::{LogSink, rotate_log, spawn};
+use crate::spec::{PathMap, build_process};
 
 use super::instance::{after_exit, run_instance, start_error, wait_or_cancel};
 use super::podman::supervise_container;
@@ -55,7 +54,12 @@ pub(super) async fn supervise(
             }
             None if registry_host(&image).is_some() => {
                 let announce = first || pull_failures > 0;
-                match pull_registry_image(&env, &container, &image, announce).await {
+                // A pod deleted during a long pull stops waiting for it (the cache cleans up).
+                let pulled = tokio::select! {
+                    r = pull_registry_image(&env, &container, &image, announce) => r,
+                    _ = env.cancel.cancelled() => return None,
+                };
+                match pulled {
                     Ok((entry, root, id)) => {
                         pull_failures = 0;
                         (entry, Some(root), id)
@@ -215,13 +219,21 @@ async fn pull_registry_image(
     let policy = crate::container::pull_policy(image, container.image_pull_policy.as_deref());
     let started = Instant::now();
     let options = registry_options(env, &container.name, image);
+    let map = &env.ctx.config.image_map;
     let pulled = env
         .ctx
         .config
         .image_cache
         .pull(image, policy, options)
-        .await?;
-    let map = &env.ctx.config.image_map;
+        .await
+        .map_err(|mut p| {
+            // Say why it went to a registry at all: a missing map entry is the usual mistake.
+            p.message.push_str(&format!(
+                " (the image is not in the devcluster image map ({}), so it is pulled from its registry)",
+                map.describe_sources()
+            ));
+            p
+        })?;
     let entry = resolve_base(map, image, &pulled.image.base)?.clone();
     if announce {
         let digest = &pulled.image.digest;
