@@ -176,24 +176,57 @@ async fn update(ctx: &Ctx, args: UpdateArgs) -> Result<()> {
     finish(ctx, &name, updated.metadata.generation, &flags).await
 }
 
+/// Tries of an update whose Function changed between the read and the write.
+const UPDATE_TRIES: usize = 5;
+
 /// Applies the flags and resolved source to the stored Function `name` and replaces it. Returns
 /// the stored object: its generation is the one a rollout waits for.
+///
+/// The replace carries the resourceVersion it read, so a concurrent write (the controller's
+/// status, which also moves the resourceVersion) makes it 409 Conflict: then the Function is read
+/// again and the flags applied to it anew, as kubectl does, a few times.
 pub async fn submit_update(
     ctx: &Ctx,
     name: &str,
     flags: &FunctionFlags,
     resolved: spec::Resolved,
 ) -> Result<Function> {
-    let existing = get_function(ctx, name).await?;
-    let mut function = spec::apply(name, &ctx.namespace, flags, resolved, Some(existing))?;
-    // The same rules as the CRD schema, checked before anything is sent.
-    kubeless_api::validate::function(&function)?;
-    // Keep the status out of a spec update (it is a subresource).
-    function.status = None;
-    ctx.api::<Function>()
-        .replace(name, &PostParams::default(), &function)
-        .await
-        .map_err(|e| Error::kube(format!("Failed to update {name}"), e))
+    let mut tries = 0;
+    let mut validated: Option<Function> = None;
+    loop {
+        tries += 1;
+        let existing = get_function(ctx, name).await?;
+        let mut function = spec::apply(
+            name,
+            &ctx.namespace,
+            flags,
+            resolved.clone(),
+            Some(existing),
+        )?;
+        // Keep the status out of a spec update (it is a subresource).
+        function.status = None;
+        // The same rules as the CRD schema, checked before anything is sent (once per distinct
+        // object: a retry after a controller's status write sends the same spec and metadata).
+        let same = validated.as_ref().is_some_and(|v| {
+            v.spec == function.spec
+                && v.metadata.labels == function.metadata.labels
+                && v.metadata.annotations == function.metadata.annotations
+        });
+        if !same {
+            kubeless_api::validate::function(&function)?;
+            validated = Some(function.clone());
+        }
+        match ctx
+            .api::<Function>()
+            .replace(name, &PostParams::default(), &function)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 && tries < UPDATE_TRIES => {
+                tokio::time::sleep(std::time::Duration::from_millis(10 * tries as u64)).await;
+            }
+            other => return other.map_err(|e| Error::kube(format!("Failed to update {name}"), e)),
+        }
+    }
 }
 
 pub async fn delete(ctx: &Ctx, name: &str) -> Result<()> {

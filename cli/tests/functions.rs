@@ -525,3 +525,62 @@ async fn deploy_waits_for_ready_or_failure() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("timed out after 1s"));
     c.shutdown().await;
 }
+
+/// A controller writing status while `function update` runs moves the resourceVersion between
+/// the CLI's read and its replace: the update reads again and succeeds instead of failing 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_retries_when_the_status_changes_underneath() {
+    let c = Cluster::start().await;
+    let src = write(c.dir.path(), "hello.py", HELLO.as_bytes());
+    c.ok(&[
+        "function",
+        "deploy",
+        "busy",
+        "-r",
+        "python3.11",
+        "--handler",
+        "hello.handler",
+        "-f",
+        &src,
+        "--no-wait",
+    ])
+    .await;
+    let fns: Api<Function> = Api::default_namespaced(c.client.clone());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (fns, stop) = (fns.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                let patch = serde_json::json!({"status": {"replicas": n % 7}});
+                let _ = fns
+                    .patch_status("busy", &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                // A busy controller: 50 status writes a second.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            n
+        })
+    };
+    for i in 0..10 {
+        c.ok(&[
+            "function",
+            "update",
+            "busy",
+            "--timeout",
+            &(30 + i).to_string(),
+            "--no-wait",
+        ])
+        .await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let writes = writer.await.unwrap();
+    assert!(
+        writes > 10,
+        "the status moved while updating ({writes} writes)"
+    );
+    let f = fns.get("busy").await.unwrap();
+    assert_eq!(f.spec.timeout.as_deref(), Some("39"));
+    c.shutdown().await;
+}

@@ -25,15 +25,18 @@ use kubeless_api::{Function, find_condition};
 use kubeless_testkit::{NS, TestCluster, eventually, report};
 use serde_json::json;
 
-const PY_V1: &str = "import six\n\ndef handler(event, context):\n    return 'v1 six ' + six.__version__\n";
-const PY_V2: &str = "import six\n\ndef handler(event, context):\n    return 'v2 six ' + six.__version__\n";
+const PY_V1: &str =
+    "import six\n\ndef handler(event, context):\n    return 'v1 six ' + six.__version__\n";
+const PY_V2: &str =
+    "import six\n\ndef handler(event, context):\n    return 'v2 six ' + six.__version__\n";
 const NODE: &str = "const leftPad = require('left-pad');\nmodule.exports = { handler: (event, context) => leftPad('built', 8, '-') };\n";
 
 /// The built-in runtime catalogue with every image behind `registry`, as the chart writes it
 /// with `global.imageRegistry` (the builder takes the runtime image from there as its base).
 async fn use_registry_runtimes(client: &Client, registry: &str) {
     let json = std::fs::read_to_string(
-        repo_root().join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json"),
+        repo_root()
+            .join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json"),
     )
     .unwrap();
     let images = json.replace("\"image\": \"", &format!("\"image\": \"{registry}/"));
@@ -81,10 +84,14 @@ async fn call(c: &TestCluster, dir: &Path, name: &str) -> String {
 
 /// Waits until `name` answers `want` (a rollout replaces the pod).
 async fn wait_answer(c: &TestCluster, dir: &Path, name: &str, want: &str) {
-    eventually(&format!("{name} answers {want:?}"), Duration::from_secs(120), || async {
-        let (ok, out, _) = kubeless(c, dir, &["function", "call", name, "-n", NS]).await;
-        (ok && out.trim() == want).then_some(())
-    })
+    eventually(
+        &format!("{name} answers {want:?}"),
+        Duration::from_secs(120),
+        || async {
+            let (ok, out, _) = kubeless(c, dir, &["function", "call", name, "-n", NS]).await;
+            (ok && out.trim() == want).then_some(())
+        },
+    )
     .await;
 }
 
@@ -113,12 +120,16 @@ async fn jobs_of(client: &Client, name: &str) -> Vec<String> {
 
 /// Waits until the controller saw the Function's latest generation and it is Ready.
 async fn wait_ready_generation(fns: &Api<Function>, name: &str) -> Function {
-    eventually(&format!("{name} ready"), Duration::from_secs(240), || async {
-        let f = fns.get(name).await.ok()?;
-        let status = f.status.as_ref()?;
-        let ready = find_condition(&status.conditions, "Ready")?;
-        (ready.is_true() && status.observed_generation == f.metadata.generation).then_some(f)
-    })
+    eventually(
+        &format!("{name} ready"),
+        Duration::from_secs(240),
+        || async {
+            let f = fns.get(name).await.ok()?;
+            let status = f.status.as_ref()?;
+            let ready = find_condition(&status.conditions, "Ready")?;
+            (ready.is_true() && status.observed_generation == f.metadata.generation).then_some(f)
+        },
+    )
     .await
 }
 
@@ -168,7 +179,10 @@ async fn setup() -> Setup {
             ("KUBELESS_LEADER_ELECT", "false".to_string()),
             ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),
             ("KUBELESS_BUILD_STEP", "true".into()),
-            ("KUBELESS_BUILD_REGISTRY", format!("{}/functions", registry.addr)),
+            (
+                "KUBELESS_BUILD_REGISTRY",
+                format!("{}/functions", registry.addr),
+            ),
             ("KUBELESS_BUILD_INSECURE_REGISTRY", "true".into()),
             ("POD_NAMESPACE", "kubeless".into()),
             ("POD_NAME", "function-controller-0".into()),
@@ -208,22 +222,47 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
         c,
         dir,
         &[
-            "function", "deploy", "pyb", "-n", NS, "--runtime", "python3.11", "--handler",
-            "hello.handler", "--from-file", "hello.py", "--dependencies", "requirements.txt",
+            "function",
+            "deploy",
+            "pyb",
+            "-n",
+            NS,
+            "--runtime",
+            "python3.11",
+            "--handler",
+            "hello.handler",
+            "--from-file",
+            "hello.py",
+            "--dependencies",
+            "requirements.txt",
             "--wait",
         ],
     )
     .await;
     assert!(ok, "deploy pyb: {out}{err}");
-    report!("build step: pyb deployed, built and ready in {:?}", started.elapsed());
+    report!(
+        "build step: pyb deployed, built and ready in {:?}",
+        started.elapsed()
+    );
     assert!(err.contains("Building"), "the wait shows the build: {err}");
     assert!(err.contains("build step"), "and its step: {err}");
     let (ok, out, err) = kubeless(
         c,
         dir,
         &[
-            "function", "deploy", "ndb", "-n", NS, "--runtime", "nodejs20", "--handler",
-            "handler.handler", "--from-file", "handler.js", "--dependencies", "package.json",
+            "function",
+            "deploy",
+            "ndb",
+            "-n",
+            NS,
+            "--runtime",
+            "nodejs20",
+            "--handler",
+            "handler.handler",
+            "--from-file",
+            "handler.js",
+            "--dependencies",
+            "package.json",
             "--wait",
         ],
     )
@@ -246,13 +285,30 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
         let image = b.image.clone().unwrap();
         let prefix = format!("{}/functions/{NS}/{name}:", s.registry.addr);
         assert!(image.starts_with(&prefix), "{image}");
-        assert!(registry.exists(&image).await.unwrap().is_some(), "{image} pushed");
+        assert!(
+            registry.exists(&image).await.unwrap().is_some(),
+            "{image} pushed"
+        );
         // The Deployment runs the built image with no install step.
-        let pod = deployments.get(name).await.unwrap().spec.unwrap().template.spec.unwrap();
+        let pod = deployments
+            .get(name)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
         assert_eq!(pod.containers[0].image.as_deref(), Some(image.as_str()));
         assert!(pod.init_containers.is_none(), "{:?}", pod.init_containers);
         assert_eq!(
-            fns.get(name).await.unwrap().status.unwrap().image.as_deref(),
+            fns.get(name)
+                .await
+                .unwrap()
+                .status
+                .unwrap()
+                .image
+                .as_deref(),
             Some(image.as_str())
         );
         assert_eq!(events(&c.client, name, "Building").await, 1, "{name}");
@@ -272,7 +328,10 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
     let job = jobs_of(&c.client, "pyb").await;
     patch_spec(&fns, "pyb", json!({"timeout": "30"})).await;
     wait_ready_generation(&fns, "pyb").await;
-    assert_eq!(build_status(&fns, "pyb").await.image.as_deref(), Some(first_py.as_str()));
+    assert_eq!(
+        build_status(&fns, "pyb").await.image.as_deref(),
+        Some(first_py.as_str())
+    );
     assert_eq!(jobs_of(&c.client, "pyb").await, job, "no new build Job");
     assert_eq!(events(&c.client, "pyb", "Building").await, 1);
 
@@ -282,12 +341,24 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
     let (ok, out, err) = kubeless(
         c,
         dir,
-        &["function", "update", "pyb", "-n", NS, "--from-file", "hello.py", "--wait"],
+        &[
+            "function",
+            "update",
+            "pyb",
+            "-n",
+            NS,
+            "--from-file",
+            "hello.py",
+            "--wait",
+        ],
     )
     .await;
     assert!(ok, "update pyb: {out}{err}");
     wait_answer(c, dir, "pyb", "v2 six 1.16.0").await;
-    report!("build step: pyb v2 rebuilt and serving in {:?}", started.elapsed());
+    report!(
+        "build step: pyb v2 rebuilt and serving in {:?}",
+        started.elapsed()
+    );
     let v2 = build_status(&fns, "pyb").await;
     assert_ne!(v2.image.as_deref(), Some(first_py.as_str()));
     assert_eq!(events(&c.client, "pyb", "Building").await, 2);
@@ -298,16 +369,32 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
     let (ok, out, err) = kubeless(
         c,
         dir,
-        &["function", "update", "pyb", "-n", NS, "--from-file", "hello.py", "--wait"],
+        &[
+            "function",
+            "update",
+            "pyb",
+            "-n",
+            NS,
+            "--from-file",
+            "hello.py",
+            "--wait",
+        ],
     )
     .await;
     assert!(ok, "rollback pyb: {out}{err}");
     wait_answer(c, dir, "pyb", "v1 six 1.16.0").await;
-    report!("build step: pyb rolled back to v1 (image reused) in {:?}", started.elapsed());
+    report!(
+        "build step: pyb rolled back to v1 (image reused) in {:?}",
+        started.elapsed()
+    );
     let back = build_status(&fns, "pyb").await;
     assert_eq!(back.image.as_deref(), Some(first_py.as_str()));
     assert!(back.job.is_none(), "{back:?}");
-    assert_eq!(events(&c.client, "pyb", "Building").await, 2, "nothing built");
+    assert_eq!(
+        events(&c.client, "pyb", "Building").await,
+        2,
+        "nothing built"
+    );
     assert_eq!(events(&c.client, "pyb", "Reused").await, 1);
 }
 
@@ -321,8 +408,19 @@ async fn a_broken_dependency_file_is_build_failed_within_seconds() {
         c,
         dir,
         &[
-            "function", "deploy", "broken", "-n", NS, "--runtime", "python3.11", "--handler",
-            "hello.handler", "--from-file", "hello.py", "--dependencies", "broken.txt",
+            "function",
+            "deploy",
+            "broken",
+            "-n",
+            NS,
+            "--runtime",
+            "python3.11",
+            "--handler",
+            "hello.handler",
+            "--from-file",
+            "hello.py",
+            "--dependencies",
+            "broken.txt",
             "--wait",
         ],
     )
@@ -331,7 +429,10 @@ async fn a_broken_dependency_file_is_build_failed_within_seconds() {
     report!("build step: a broken requirements file failed the deploy after {took:?}");
     assert!(!ok, "deploy --wait fails: {out}{err}");
     assert!(err.contains("BuildFailed"), "{err}");
-    assert!(err.contains("kubeless-rs-no-such-package-anywhere"), "the install log: {err}");
+    assert!(
+        err.contains("kubeless-rs-no-such-package-anywhere"),
+        "the install log: {err}"
+    );
     let f = fns.get("broken").await.unwrap();
     let status = f.status.unwrap();
     let ready = find_condition(&status.conditions, "Ready").unwrap();
@@ -351,7 +452,13 @@ async fn a_broken_dependency_file_is_build_failed_within_seconds() {
         c,
         dir,
         &[
-            "function", "update", "broken", "-n", NS, "--dependencies", "requirements.txt",
+            "function",
+            "update",
+            "broken",
+            "-n",
+            NS,
+            "--dependencies",
+            "requirements.txt",
             "--wait",
         ],
     )

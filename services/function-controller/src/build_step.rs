@@ -134,7 +134,9 @@ impl BuildPlan {
             var("KUBELESS_BUILD_BASE", &self.base),
             var("KUBELESS_BUILD_TARGET", &self.image),
             var("KUBELESS_BUILD_DIR", INSTALL_DIR),
-            var("KUBELESS_BUILD_ROOT", INSTALL_DIR),
+            // The layer's root is the builder's default, /kubeless (INSTALL_DIR): not passed, as
+            // a value that is also a mount path is a path, not an image path, where a pod runner
+            // maps mount paths (devcluster's process mode).
             var("KUBELESS_REGISTRY_INSECURE", &self.insecure.to_string()),
         ];
         let mut mounts = vec![crate::builders::mount(INSTALL_VOLUME, INSTALL_DIR, true)];

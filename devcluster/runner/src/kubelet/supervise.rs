@@ -43,7 +43,10 @@ pub(super) async fn supervise(
     let mut first = true;
     loop {
         let image = container.image.clone().unwrap_or_default();
-        let (entry, image_root, image_id) = match crate::image_cache::resolve_local(&env.ctx.config.image_map, &image) {
+        let (entry, image_root, image_id) = match crate::image_cache::resolve_local(
+            &env.ctx.config.image_map,
+            &image,
+        ) {
             Some(entry) => {
                 let id = format!(
                     "devcluster-image-map://{}#{}",
