@@ -38,6 +38,7 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_n
     }
     Ok(docs)
 }
+pub mod build;
 pub mod faults;
 pub mod images;
 pub mod scale;

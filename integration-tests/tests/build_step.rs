@@ -16,10 +16,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use integration_tests::images::Registry;
-use integration_tests::{repo_root, require_bins, target_debug_dir};
-use k8s_openapi::api::{apps::v1::Deployment, batch::v1::Job, core::v1::ConfigMap};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use integration_tests::build::BuildEnv;
+use integration_tests::target_debug_dir;
+use k8s_openapi::api::{apps::v1::Deployment, batch::v1::Job};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use kubeless_api::{Function, find_condition};
 use kubeless_testkit::{NS, TestCluster, eventually, report};
@@ -30,34 +30,6 @@ const PY_V1: &str =
 const PY_V2: &str =
     "import six\n\ndef handler(event, context):\n    return 'v2 six ' + six.__version__\n";
 const NODE: &str = "const leftPad = require('left-pad');\nmodule.exports = { handler: (event, context) => leftPad('built', 8, '-') };\n";
-
-/// The built-in runtime catalogue with every image behind `registry`, as the chart writes it
-/// with `global.imageRegistry` (the builder takes the runtime image from there as its base).
-async fn use_registry_runtimes(client: &Client, registry: &str) {
-    let json = std::fs::read_to_string(
-        repo_root()
-            .join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json"),
-    )
-    .unwrap();
-    let images = json.replace("\"image\": \"", &format!("\"image\": \"{registry}/"));
-    assert_ne!(images, json, "the catalogue names its images");
-    let nss: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    nss.create(
-        &PostParams::default(),
-        &serde_json::from_value(json!({"metadata": {"name": "kubeless"}})).unwrap(),
-    )
-    .await
-    .unwrap();
-    let cm: ConfigMap = serde_json::from_value(json!({
-        "metadata": {"name": "kubeless-config", "namespace": "kubeless"},
-        "data": {"runtime-images": images}
-    }))
-    .unwrap();
-    Api::<ConfigMap>::namespaced(client.clone(), "kubeless")
-        .create(&PostParams::default(), &cm)
-        .await
-        .unwrap();
-}
 
 /// Runs the CLI against the cluster; (success, stdout, stderr).
 async fn kubeless(c: &TestCluster, dir: &Path, args: &[&str]) -> (bool, String, String) {
@@ -151,43 +123,12 @@ async fn patch_spec(fns: &Api<Function>, name: &str, spec: serde_json::Value) {
 }
 
 struct Setup {
-    registry: Registry,
-    cluster: TestCluster,
-    _controller: kubeless_testkit::ServiceProcess,
+    env: BuildEnv,
     work: tempfile::TempDir,
 }
 
 async fn setup() -> Setup {
-    require_bins(&[
-        "function-controller",
-        "kubeless",
-        "kubeless-runtime",
-        "kubeless-builder",
-    ]);
-    let registry = Registry::start();
-    let out = registry.push(&["runtime-python", "runtime-nodejs"]);
-    assert!(
-        out.status.success(),
-        "pushing the runtime images (build them first: scripts/images.sh build runtime-python runtime-nodejs): {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let cluster = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    use_registry_runtimes(&cluster.client, &registry.addr).await;
-    let controller = cluster.start_service(
-        "function-controller",
-        &[
-            ("KUBELESS_LEADER_ELECT", "false".to_string()),
-            ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),
-            ("KUBELESS_BUILD_STEP", "true".into()),
-            (
-                "KUBELESS_BUILD_REGISTRY",
-                format!("{}/functions", registry.addr),
-            ),
-            ("KUBELESS_BUILD_INSECURE_REGISTRY", "true".into()),
-            ("POD_NAMESPACE", "kubeless".into()),
-            ("POD_NAME", "function-controller-0".into()),
-        ],
-    );
+    let env = BuildEnv::start(true).await;
     let work = tempfile::tempdir().unwrap();
     std::fs::write(work.path().join("hello.py"), PY_V1).unwrap();
     std::fs::write(work.path().join("requirements.txt"), "six==1.16.0\n").unwrap();
@@ -202,18 +143,13 @@ async fn setup() -> Setup {
         "kubeless-rs-no-such-package-anywhere==0.0.1\n",
     )
     .unwrap();
-    Setup {
-        registry,
-        cluster,
-        _controller: controller,
-        work,
-    }
+    Setup { env, work }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
     let s = setup().await;
-    let (c, dir) = (&s.cluster, s.work.path());
+    let (c, dir) = (&s.env.cluster, s.work.path());
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
 
     // Deploy both; the CLI waits and shows the build's steps on the way.
@@ -283,7 +219,7 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
         let b = build_status(&fns, name).await;
         assert_eq!(b.state, "Built", "{b:?}");
         let image = b.image.clone().unwrap();
-        let prefix = format!("{}/functions/{NS}/{name}:", s.registry.addr);
+        let prefix = format!("{}/functions/{NS}/{name}:", s.env.registry.addr);
         assert!(image.starts_with(&prefix), "{image}");
         assert!(
             registry.exists(&image).await.unwrap().is_some(),
@@ -401,7 +337,7 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_dependency_file_is_build_failed_within_seconds() {
     let s = setup().await;
-    let (c, dir) = (&s.cluster, s.work.path());
+    let (c, dir) = (&s.env.cluster, s.work.path());
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     let started = Instant::now();
     let (ok, out, err) = kubeless(

@@ -1,0 +1,108 @@
+//! What the build-step test and bench share: Debian's docker-registry on loopback with the
+//! runtime images pushed, devcluster with the runtime catalogue behind that registry (as the
+//! chart's `global.imageRegistry` writes it), and the function-controller binary with the build
+//! step pointed at the registry.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kubeless_testkit::{ServiceProcess, TestCluster};
+use serde_json::json;
+
+use crate::images::Registry;
+use crate::{repo_root, require_bins};
+
+/// The registry, the cluster and the controller, stopped in reverse order when dropped.
+pub struct BuildEnv {
+    /// The controller process (dropped first).
+    pub controller: ServiceProcess,
+    /// devcluster with the pod runner.
+    pub cluster: TestCluster,
+    /// The registry the runtime images are in and function images go to.
+    pub registry: Registry,
+}
+
+impl BuildEnv {
+    /// Starts everything; `build_default` is the controller's `--build-step` (Functions can
+    /// still say otherwise in `spec.build.enabled`).
+    pub async fn start(build_default: bool) -> Self {
+        require_bins(&[
+            "function-controller",
+            "kubeless",
+            "kubeless-runtime",
+            "kubeless-builder",
+        ]);
+        let registry = Registry::start();
+        let out = registry.push(&["runtime-python", "runtime-nodejs"]);
+        assert!(
+            out.status.success(),
+            "pushing the runtime images (build them first: scripts/images.sh build runtime-python runtime-nodejs): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cluster = TestCluster::start(Some(devcluster::repo_images_dir())).await;
+        use_registry_runtimes(&cluster.client, &registry.addr).await;
+        let controller = cluster.start_service(
+            "function-controller",
+            &[
+                ("KUBELESS_LEADER_ELECT", "false".to_string()),
+                ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),
+                ("KUBELESS_BUILD_STEP", build_default.to_string()),
+                (
+                    "KUBELESS_BUILD_REGISTRY",
+                    format!("{}/functions", registry.addr),
+                ),
+                ("KUBELESS_BUILD_INSECURE_REGISTRY", "true".into()),
+                ("POD_NAMESPACE", "kubeless".into()),
+                ("POD_NAME", "function-controller-0".into()),
+            ],
+        );
+        Self {
+            controller,
+            cluster,
+            registry,
+        }
+    }
+}
+
+/// The built-in runtime catalogue with every image behind `registry`, in the `kubeless-config`
+/// ConfigMap, as the chart writes it with `global.imageRegistry` (the builder takes the runtime
+/// image from there as its base).
+pub async fn use_registry_runtimes(client: &Client, registry: &str) {
+    let path = repo_root()
+        .join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json");
+    let json = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    let images = json.replace("\"image\": \"", &format!("\"image\": \"{registry}/"));
+    assert_ne!(images, json, "the catalogue names its images");
+    let nss: Api<Namespace> = Api::all(client.clone());
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "kubeless"}}))
+        .unwrap_or_else(|e| panic!("namespace manifest: {e}"));
+    nss.create(&PostParams::default(), &ns)
+        .await
+        .unwrap_or_else(|e| panic!("creating namespace kubeless: {e}"));
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "kubeless-config", "namespace": "kubeless"},
+        "data": {"runtime-images": images}
+    }))
+    .unwrap_or_else(|e| panic!("config manifest: {e}"));
+    Api::<ConfigMap>::namespaced(client.clone(), "kubeless")
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap_or_else(|e| panic!("creating kubeless-config: {e}"));
+}
+
+/// POSTs `data` to the function's Service through the API server's service proxy; the answer
+/// when it is a 200.
+pub async fn call_via_proxy(client: &Client, ns: &str, name: &str, data: &str) -> Option<String> {
+    let path = format!("/api/v1/namespaces/{ns}/services/{name}:http-function-port/proxy/");
+    let req = http::Request::post(path)
+        .header("content-type", "text/plain")
+        .body(data.as_bytes().to_vec())
+        .ok()?;
+    tokio::time::timeout(Duration::from_secs(10), client.request_text(req))
+        .await
+        .ok()?
+        .ok()
+}
