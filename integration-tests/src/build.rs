@@ -28,17 +28,31 @@ impl BuildEnv {
     /// Starts everything; `build_default` is the controller's `--build-step` (Functions can
     /// still say otherwise in `spec.build.enabled`).
     pub async fn start(build_default: bool) -> Self {
+        Self::start_with(build_default, None, &["runtime-python", "runtime-nodejs"]).await
+    }
+
+    /// With a registry that asks for `user_password` (`user:password`) when given, and the
+    /// runtime images `runtimes` (scripts/images.sh names) pushed.
+    pub async fn start_with(
+        build_default: bool,
+        user_password: Option<&str>,
+        runtimes: &[&str],
+    ) -> Self {
         require_bins(&[
             "function-controller",
             "kubeless",
             "kubeless-runtime",
             "kubeless-builder",
         ]);
-        let registry = Registry::start();
-        let out = registry.push(&["runtime-python", "runtime-nodejs"]);
+        let registry = match user_password {
+            Some(up) => Registry::with_auth(up),
+            None => Registry::start(),
+        };
+        let out = registry.push(runtimes);
         assert!(
             out.status.success(),
-            "pushing the runtime images (build them first: scripts/images.sh build runtime-python runtime-nodejs): {}",
+            "pushing the runtime images (build them first: scripts/images.sh build {}): {}",
+            runtimes.join(" "),
             String::from_utf8_lossy(&out.stderr)
         );
         let cluster = TestCluster::start(Some(devcluster::repo_images_dir())).await;

@@ -105,11 +105,15 @@ async fn wait_ready_generation(fns: &Api<Function>, name: &str) -> Function {
     .await
 }
 
+/// How many times an Event with `reason` was published about the Function (a repeat within a
+/// few minutes is one Event whose series counts it).
 async fn events(client: &Client, name: &str, reason: &str) -> usize {
     kubeless_service::events::events_about(client, NS, "Function", name, reason)
         .await
         .unwrap()
-        .len()
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count as usize))
+        .sum()
 }
 
 async fn patch_spec(fns: &Api<Function>, name: &str, spec: serde_json::Value) {
@@ -401,4 +405,106 @@ async fn a_broken_dependency_file_is_build_failed_within_seconds() {
     .await;
     assert!(ok, "update broken: {out}{err}");
     assert_eq!(call(c, dir, "broken").await, "v1 six 1.16.0");
+}
+
+const GO_HELLO: &str = "package kubeless\n\n\
+import \"github.com/kubeless/kubeless/pkg/functions\"\n\n\
+func Hello(event functions.Event, context functions.Context) (string, error) {\n\
+\treturn \"built go \" + context.Runtime, nil\n}\n";
+
+/// A registry that asks for credentials, given in the `kubeless-registry-credentials` Secret
+/// (Kubeless's name): the build pushes with them, the controller finds images with them, and the
+/// function pods pull the built image with them (the controller adds the Secret to the pods'
+/// imagePullSecrets). The function is a Go one: its compile step's output is what the layer
+/// carries, and the built image runs it with no compile step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_with_credentials_and_a_compiled_go_function() {
+    let up = "builder:s3cret-pass";
+    let env = BuildEnv::start_with(true, Some(up), &["runtime-go"]).await;
+    let c = &env.cluster;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(c.client.clone(), NS);
+    let (user, password) = up.split_once(':').unwrap();
+    let config =
+        json!({"auths": {env.registry.addr.clone(): {"username": user, "password": password}}});
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "kubeless-registry-credentials"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": config.to_string()}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    std::fs::write(dir.join("hello.go"), GO_HELLO).unwrap();
+    let started = Instant::now();
+    let (ok, out, err) = kubeless(
+        c,
+        dir,
+        &[
+            "function",
+            "deploy",
+            "gob",
+            "-n",
+            NS,
+            "--runtime",
+            "go1.19",
+            "--handler",
+            "hello.Hello",
+            "--from-file",
+            "hello.go",
+            "--wait",
+        ],
+    )
+    .await;
+    assert!(ok, "deploy gob: {out}{err}");
+    report!(
+        "build step: a Go function built, pushed with credentials and ready in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(call(c, dir, "gob").await, "built go go1.19");
+    let b = build_status(&fns, "gob").await;
+    assert_eq!(b.state, "Built");
+    let image = b.image.unwrap();
+    // The registry refuses anonymous reads, and has the image for the Secret's credentials.
+    let anonymous = kubeless_oci::Registry::new(kubeless_oci::RegistryOptions {
+        insecure: true,
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(
+        anonymous.exists(&image).await.is_err(),
+        "anonymous read refused"
+    );
+    let authed = kubeless_oci::Registry::new(kubeless_oci::RegistryOptions {
+        insecure: true,
+        docker_config: Some(config.to_string().into_bytes()),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(authed.exists(&image).await.unwrap().is_some());
+    // The pods pull with the Secret and run no compile step.
+    let deployments: Api<Deployment> = Api::namespaced(c.client.clone(), NS);
+    let pod = deployments
+        .get("gob")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap();
+    assert!(pod.init_containers.is_none());
+    let pull: Vec<String> = pod
+        .image_pull_secrets
+        .iter()
+        .flatten()
+        .map(|s| s.name.clone())
+        .collect();
+    assert_eq!(pull, vec!["kubeless-registry-credentials".to_string()]);
 }

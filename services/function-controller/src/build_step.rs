@@ -235,11 +235,19 @@ impl BuildPlan {
 }
 
 /// The function's Deployment on the built `image`: no install steps, no code or install volume
-/// (the image holds `/kubeless`).
-pub fn run_built(dep: &mut Deployment, image: &str) {
+/// (the image holds `/kubeless`), and `pull_secret` among its image pull Secrets.
+pub fn run_built(dep: &mut Deployment, image: &str, pull_secret: Option<&str>) {
     let Some(pod) = dep.spec.as_mut().and_then(|s| s.template.spec.as_mut()) else {
         return;
     };
+    if let Some(secret) = pull_secret {
+        let secrets = pod.image_pull_secrets.get_or_insert_with(Vec::new);
+        if !secrets.iter().any(|s| s.name == secret) {
+            secrets.push(LocalObjectReference {
+                name: secret.to_string(),
+            });
+        }
+    }
     pod.init_containers = None;
     if let Some(v) = pod.volumes.as_mut() {
         v.retain(|v| v.name != SRC_VOLUME && v.name != INSTALL_VOLUME);

@@ -405,9 +405,10 @@ pub fn with_scale(mut d: Desired, at_zero: bool, min_replicas: Option<i32>) -> D
 }
 
 /// The Desired objects running the built `image` (the build step): the Deployment without
-/// install steps or code volume, and the image in the status.
-pub fn with_built_image(mut d: Desired, image: &str) -> Desired {
-    crate::build_step::run_built(&mut d.deployment, image);
+/// install steps or code volume, pulling with `pull_secret` (the registry Secret), and the image
+/// in the status.
+pub fn with_built_image(mut d: Desired, image: &str, pull_secret: Option<&str>) -> Desired {
+    crate::build_step::run_built(&mut d.deployment, image, pull_secret);
     d.deployment = stamp(d.deployment);
     d.image = image.to_string();
     d

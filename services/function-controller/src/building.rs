@@ -182,7 +182,7 @@ fn job_state(job: &Job) -> JobState {
 }
 
 /// What the registry Secret in `ns` holds; a missing Secret is an anonymous registry.
-async fn registry_access(ctx: &Context, ns: &str) -> Result<RegistryAccess, Error> {
+pub(crate) async fn registry_access(ctx: &Context, ns: &str) -> Result<RegistryAccess, Error> {
     let name = ctx.config_build().registry_secret;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.get_opt(&name).await {

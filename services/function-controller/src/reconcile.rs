@@ -270,7 +270,16 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         None => None,
     };
     if let Some(crate::building::Outcome::Ready(b)) = &build {
-        desired = builders::with_built_image(desired, b.image.as_deref().unwrap_or_default());
+        // The function's pods pull the built image with the registry Secret the build pushed
+        // with, when there is one.
+        let access =
+            crate::building::registry_access(ctx, &f.namespace().unwrap_or_default()).await?;
+        let pull_secret = access.secret.filter(|_| access.docker_config);
+        desired = builders::with_built_image(
+            desired,
+            b.image.as_deref().unwrap_or_default(),
+            pull_secret.as_deref(),
+        );
     }
     let hold = matches!(
         build,

@@ -595,8 +595,12 @@ fn the_built_image_runs_without_install_steps_or_code_volume() {
     let d = build(&py(json!({"deps": "requests==2.31.0"})), &build_cfg(true)).unwrap();
     let before = applied_hash(&d.deployment).map(str::to_string);
     let image = d.build.clone().unwrap().image;
-    let d = with_built_image(d, &image);
+    let d = with_built_image(d, &image, Some("kubeless-registry-credentials"));
     let pod = pod_spec(&d);
+    assert_eq!(
+        pod.image_pull_secrets.as_ref().unwrap()[0].name,
+        "kubeless-registry-credentials"
+    );
     assert!(pod.init_containers.is_none());
     assert!(
         pod.volumes
