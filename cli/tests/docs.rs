@@ -101,6 +101,7 @@ const SERVICES: &[(&str, &[&str])] = &[
     ("nats-trigger", &[]),
     ("kinesis-trigger", &[]),
     ("redis-trigger", &[]),
+    ("kubeless-builder", &["push"]),
     ("devcluster", &["up"]),
 ];
 

@@ -138,6 +138,16 @@ impl BuildPlan {
             // a value that is also a mount path is a path, not an image path, where a pod runner
             // maps mount paths (devcluster's process mode).
             var("KUBELESS_REGISTRY_INSECURE", &self.insecure.to_string()),
+            // What the image is, for whoever finds it in the registry.
+            var(
+                "KUBELESS_BUILD_LABELS",
+                &format!(
+                    "io.kubeless.function={}/{},io.kubeless.build-hash={}",
+                    self.meta.namespace.as_deref().unwrap_or_default(),
+                    self.meta.name.as_deref().unwrap_or_default(),
+                    self.hash
+                ),
+            ),
         ];
         let mut mounts = vec![crate::builders::mount(INSTALL_VOLUME, INSTALL_DIR, true)];
         if let Some(secret) = &access.secret {

@@ -69,19 +69,14 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
                 Outcome::Building(status(states::BUILDING, Some(&plan.job_name), None))
             }
             JobState::Succeeded => {
-                let was = previous
-                    .as_ref()
-                    .map(|s| (s.state.as_str(), s.hash.as_str()));
-                if was != Some((states::BUILT, plan.hash.as_str())) {
-                    publish(
-                        ctx,
-                        f,
-                        EventType::Normal,
-                        build_reasons::BUILT,
-                        &format!("built and pushed {} (Job {})", plan.image, plan.job_name),
-                    )
-                    .await;
-                }
+                announce(
+                    ctx,
+                    f,
+                    &plan.hash,
+                    build_reasons::BUILT,
+                    &format!("built and pushed {} (Job {})", plan.image, plan.job_name),
+                )
+                .await;
                 prune(f, ctx, &plan.job_name).await;
                 Outcome::Ready(status(states::BUILT, Some(&plan.job_name), None))
             }
@@ -100,10 +95,10 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
     let access = registry_access(ctx, &ns).await?;
     match exists(ctx, &ns, plan, &access).await {
         Ok(Some(digest)) => {
-            publish(
+            announce(
                 ctx,
                 f,
-                EventType::Normal,
+                &plan.hash,
                 build_reasons::REUSED,
                 &format!(
                     "{} is already in the registry ({digest}): nothing to build",
@@ -121,8 +116,18 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     ctx.metrics.write("Job", "create");
     match api.create(&PostParams::default(), &plan.job(&access)).await {
-        Ok(_) => {}
-        // Made by an earlier reconcile the cache has not seen yet.
+        Ok(_) => {
+            ctx.metrics.builds.inc();
+            announce(
+                ctx,
+                f,
+                &plan.hash,
+                kubeless_api::conditions::reasons::BUILDING,
+                &format!("building {} (Job {})", plan.image, plan.job_name),
+            )
+            .await;
+        }
+        // Made by an earlier reconcile the cache has not seen yet: already announced.
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(source) => {
             return Err(Error::Apply {
@@ -133,15 +138,6 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
             });
         }
     }
-    ctx.metrics.builds.inc();
-    publish(
-        ctx,
-        f,
-        EventType::Normal,
-        kubeless_api::conditions::reasons::BUILDING,
-        &format!("building {} (Job {})", plan.image, plan.job_name),
-    )
-    .await;
     Ok(Outcome::Building(status(
         states::BUILDING,
         Some(&plan.job_name),
@@ -294,5 +290,22 @@ async fn prune(f: &Function, ctx: &Context, keep: &str) {
         if let Err(e) = crate::reconcile::delete_child::<Job>(ctx, "Job", &name, f).await {
             tracing::info!(error = %e, job = name, "deleting an old build Job failed");
         }
+    }
+}
+
+/// Publishes a Normal build Event once per Function, hash and reason.
+async fn announce(ctx: &Context, f: &Function, hash: &str, reason: &str, note: &str) {
+    let key = format!(
+        "{}/{}/{hash}/{reason}",
+        f.namespace().unwrap_or_default(),
+        f.name_any()
+    );
+    let first = ctx
+        .build_events
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key);
+    if first {
+        publish(ctx, f, EventType::Normal, reason, note).await;
     }
 }

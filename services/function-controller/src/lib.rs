@@ -451,6 +451,7 @@ async fn run_once(
         backoff: Default::default(),
         stopping: restart.clone(),
         waking: Default::default(),
+        build_events: Default::default(),
     });
     // Guarded: a Function that does not deserialize reaches the reconciler as an error (and is
     // marked InvalidSpec) instead of failing the list of every Function.

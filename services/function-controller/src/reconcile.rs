@@ -85,6 +85,9 @@ pub struct Context {
     pub stopping: tokio_util::sync::CancellationToken,
     /// Functions woken from zero and not ready yet, with when (for the wake-time metric).
     pub waking: std::sync::Mutex<std::collections::HashMap<(String, String), Instant>>,
+    /// Build Events already published (`namespace/name/hash/reason`): a reconcile that reads
+    /// a Function before its new status reached the cache does not announce a build twice.
+    pub build_events: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 impl Context {
