@@ -57,6 +57,17 @@ impl BuildEnv {
         );
         let cluster = TestCluster::start(Some(devcluster::repo_images_dir())).await;
         use_registry_runtimes(&cluster.client, &registry.addr).await;
+        // The functions' namespace admits only pods that pass PodSecurity `restricted`: the
+        // build Job's pods too.
+        let nss: Api<Namespace> = Api::all(cluster.client.clone());
+        nss.patch(
+            kubeless_testkit::NS,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("labelling namespace {}: {e}", kubeless_testkit::NS));
         let controller = cluster.start_service(
             "function-controller",
             &[
