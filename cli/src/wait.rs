@@ -252,6 +252,13 @@ async fn build_progress(ctx: &Ctx, f: &Function) -> Option<String> {
     })
 }
 
+/// Whether two waiting reasons are one problem: a failing pull alternates between
+/// `ErrImagePull` and `ImagePullBackOff` (as a kubelet does), which must not restart the grace.
+fn same_problem(a: &str, b: &str) -> bool {
+    let pull = |r: &str| matches!(r, "ErrImagePull" | "ImagePullBackOff");
+    a == b || (pull(a) && pull(b))
+}
+
 /// Polls the Function until Ready (prints "Function <name> is ready") or a failure.
 pub async fn wait_ready(
     ctx: &Ctx,
@@ -292,7 +299,7 @@ pub async fn wait_ready(
             // Between restarts the problem can vanish for a moment: its start is kept.
             if let Some(p) = pod_problem(&function_pods(ctx, name).await?) {
                 let since = match &problem_since {
-                    Some((seen, at)) if seen.reason == p.reason => *at,
+                    Some((seen, at)) if same_problem(&seen.reason, &p.reason) => *at,
                     _ => Instant::now(),
                 };
                 if since.elapsed() >= PROBLEM_GRACE {
@@ -372,6 +379,13 @@ mod tests {
             ..FunctionStatus::default()
         });
         f
+    }
+
+    #[test]
+    fn a_pull_failing_and_backing_off_is_one_problem() {
+        assert!(same_problem("ErrImagePull", "ImagePullBackOff"));
+        assert!(same_problem("CrashLoopBackOff", "CrashLoopBackOff"));
+        assert!(!same_problem("ErrImagePull", "CrashLoopBackOff"));
     }
 
     #[test]
