@@ -726,7 +726,8 @@ pub fn describe_text(f: &Function) -> String {
     let mut out = String::new();
     for (k, v) in rows {
         let key = format!("{k}:");
-        out.push_str(&format!("{key:<14}{}\n", v.trim_end()));
+        out.push_str(format!("{key:<14}{}", v.trim_end()).trim_end());
+        out.push('\n');
     }
     out
 }
