@@ -44,14 +44,15 @@ impl BuildEnv {
         };
         push(&registry, runtimes);
         let cluster = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-        Self::on(cluster, registry, build_default, Vec::new()).await
+        Self::on(cluster, registry, build_default, Vec::new(), &[]).await
     }
 
     /// devcluster in container mode (podman): the images `runtimes` and the builder, packed by
     /// `scripts/images.sh build` from the binaries it compiled, pushed to the registry, and the
     /// controller's builder image that registry's copy, so every step of a build Job and the
-    /// function pods run from the registry. Stop it with [`shutdown`](Self::shutdown).
-    pub async fn start_in_containers(runtimes: &[&str]) -> Self {
+    /// function pods run from the registry; `install_env` is added to the install steps (a
+    /// package index the containers can use). Stop it with [`shutdown`](Self::shutdown).
+    pub async fn start_in_containers(runtimes: &[&str], install_env: &[(&str, String)]) -> Self {
         let mut images = runtimes.to_vec();
         images.push("builder");
         let mut build = vec!["build"];
@@ -76,17 +77,20 @@ impl BuildEnv {
             registry,
             true,
             vec![("KUBELESS_BUILDER_IMAGE", builder)],
+            install_env,
         )
         .await
     }
 
-    /// The runtime catalogue behind `registry` in `cluster`, and the controller (`env` added to
-    /// its environment) building into `<registry>/functions`.
+    /// The runtime catalogue behind `registry` in `cluster` (`install_env` in its install
+    /// steps), and the controller (`env` added to its environment) building into
+    /// `<registry>/functions`.
     async fn on(
         cluster: TestCluster,
         registry: Registry,
         build_default: bool,
         env: Vec<(&str, String)>,
+        install_env: &[(&str, String)],
     ) -> Self {
         require_bins(&[
             "function-controller",
@@ -94,7 +98,7 @@ impl BuildEnv {
             "kubeless-runtime",
             "kubeless-builder",
         ]);
-        use_registry_runtimes(&cluster.client, &registry.addr).await;
+        use_registry_runtimes(&cluster.client, &registry.addr, install_env).await;
         let mut all = vec![
             ("KUBELESS_LEADER_ELECT", "false".to_string()),
             ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),
@@ -142,14 +146,37 @@ fn push(registry: &Registry, names: &[&str]) {
 
 /// The built-in runtime catalogue with every image behind `registry`, in the `kubeless-config`
 /// ConfigMap, as the chart writes it with `global.imageRegistry` (the builder takes the runtime
-/// image from there as its base).
-pub async fn use_registry_runtimes(client: &Client, registry: &str) {
+/// image from there as its base). `install_env` goes into every install step's environment
+/// (the catalogue's per-phase `env`).
+pub async fn use_registry_runtimes(
+    client: &Client,
+    registry: &str,
+    install_env: &[(&str, String)],
+) {
     let path = repo_root()
         .join("deploy/helm/kubeless/charts/function-controller/files/runtime-images.json");
     let json = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    let images = json.replace("\"image\": \"", &format!("\"image\": \"{registry}/"));
+    let mut images = json.replace("\"image\": \"", &format!("\"image\": \"{registry}/"));
     assert_ne!(images, json, "the catalogue names its images");
+    if !install_env.is_empty() {
+        let mut catalogue: serde_json::Value =
+            serde_json::from_str(&images).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let env: serde_json::Map<String, serde_json::Value> = install_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        for runtime in catalogue.as_array_mut().into_iter().flatten() {
+            for version in runtime["versions"].as_array_mut().into_iter().flatten() {
+                for phase in version["images"].as_array_mut().into_iter().flatten() {
+                    if phase["phase"] == "installation" {
+                        phase["env"] = json!(env);
+                    }
+                }
+            }
+        }
+        images = catalogue.to_string();
+    }
     let nss: Api<Namespace> = Api::all(client.clone());
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "kubeless"}}))
         .unwrap_or_else(|e| panic!("namespace manifest: {e}"));

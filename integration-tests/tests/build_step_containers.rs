@@ -3,17 +3,18 @@
 //! builder images, packed by `scripts/images.sh build`, in Debian's docker-registry on loopback,
 //! the runtime catalogue behind that registry, and the function-controller binary with the build
 //! step on and the registry's builder image. A Python function with a requirements file is built
-//! by a Job whose steps (prepare, pip install from PyPI, `kubeless-builder push`) run in podman
+//! by a Job whose steps (prepare, pip install, `kubeless-builder push`) run in podman
 //! containers; the Function is Ready with the built image, its pod runs that image (pulled by
 //! podman, by the digest the registry has) with no install step, and it answers with its
 //! dependency.
 //!
 //! Needs root, podman (runc), buildah, docker-registry (`ensure_containers` in scripts/lib.sh),
 //! the binaries of a former `scripts/images.sh build` (scripts/test.sh runs it before the tests)
-//! and of `cargo build --workspace --bins`, and pip reaching PyPI from a container (host
-//! network); skipped with a message when podman does not run.
+//! and of `cargo build --workspace --bins`, and the host's pip reaching PyPI (the install step
+//! reads a package index on loopback filled from it, see [`PackageIndex`]); skipped with a
+//! message when podman does not run.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use integration_tests::build::{BuildEnv, call_via_proxy};
@@ -38,8 +39,11 @@ async fn a_python_function_is_built_and_run_in_podman_containers() {
         );
         return;
     }
+    let index = PackageIndex::start("six==1.16.0");
     let started = Instant::now();
-    let env = BuildEnv::start_in_containers(&["runtime-python"]).await;
+    let env =
+        BuildEnv::start_in_containers(&["runtime-python"], &[("PIP_INDEX_URL", index.url.clone())])
+            .await;
     report!(
         "build step in containers: images, registry, cluster and controller up in {:?}",
         started.elapsed()
@@ -69,6 +73,67 @@ async fn a_python_function_is_built_and_run_in_podman_containers() {
         "build step in containers: whole test {:?}",
         started.elapsed()
     );
+    drop(index);
+}
+
+/// A PEP 503 package index on loopback (`python3 -m http.server` over `simple/<name>/<wheel>`)
+/// holding the wheel of `requirement`, downloaded by the host's pip. The containers reach PyPI,
+/// but here TLS to it goes through an egress proxy whose CA only the host trusts
+/// (/etc/pip.conf), not the runtime image; a private index is also what a cluster without
+/// internet access uses. Stopped by PID when dropped.
+struct PackageIndex {
+    server: std::process::Child,
+    _dir: tempfile::TempDir,
+    /// `http://127.0.0.1:PORT/simple/`.
+    url: String,
+}
+
+impl PackageIndex {
+    fn start(requirement: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let name = requirement.split("==").next().unwrap();
+        let project = dir.path().join("simple").join(name);
+        run(Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+            ])
+            .arg(&project)
+            .arg(requirement));
+        let port = kubeless_testkit::free_port();
+        let server = Command::new("python3")
+            .args(["-m", "http.server", "--bind", "127.0.0.1"])
+            .arg(port.to_string())
+            .arg("--directory")
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let url = format!("http://127.0.0.1:{port}/simple/");
+        let start = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{url} not up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Self {
+            server,
+            _dir: dir,
+            url,
+        }
+    }
+}
+
+impl Drop for PackageIndex {
+    fn drop(&mut self) {
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
 }
 
 async fn checks(client: Client, registry: String) {
