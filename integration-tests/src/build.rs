@@ -99,6 +99,17 @@ impl BuildEnv {
             "kubeless-builder",
         ]);
         use_registry_runtimes(&cluster.client, &registry.addr, install_env).await;
+        // The functions' namespace admits only pods that pass PodSecurity `restricted`: the
+        // build Job's pods too.
+        let nss: Api<Namespace> = Api::all(cluster.client.clone());
+        nss.patch(
+            kubeless_testkit::NS,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"metadata": {"labels": {
+                "pod-security.kubernetes.io/enforce": "restricted"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("labelling namespace {}: {e}", kubeless_testkit::NS));
         let mut all = vec![
             ("KUBELESS_LEADER_ELECT", "false".to_string()),
             ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),

@@ -5,7 +5,8 @@
 //! the built image with no install step; the functions answer with their dependencies.
 //! `kubeless function deploy --wait` shows the build's progress and `describe` the image.
 //! A change outside the image (timeout) builds nothing, a code change builds once, a rollback
-//! reuses the first image without a Job; a broken dependency file is Ready=False BuildFailed with
+//! reuses the first image without a Job (in a namespace enforcing PodSecurity `restricted`, so
+//! the build pods pass it); a broken dependency file is Ready=False BuildFailed with
 //! the install log, an Event, and a failing `deploy --wait`, within seconds.
 //!
 //! Needs the runtime images of `scripts/images.sh build` in buildah's storage (scripts/test.sh

@@ -722,7 +722,7 @@ async fn write_status(
         let name = f.name_any();
         let ns = f.namespace().unwrap_or_default();
         let api: Api<Function> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = StatusPatch { status: &new };
+        let patch = status_patch(&old, &new);
         ctx.metrics.write("Function/status", "patch");
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -741,6 +741,31 @@ async fn write_status(
 #[derive(Serialize, Debug)]
 struct StatusPatch<'a> {
     status: &'a FunctionStatus,
+}
+
+/// The merge patch turning `old` into `new`. Absent optional fields are left out of the JSON,
+/// which a merge patch reads as "keep": the build status's fields that went away (a reused image
+/// has no Job, a new build no message yet) and a build status that went away are sent as null.
+fn status_patch(old: &FunctionStatus, new: &FunctionStatus) -> serde_json::Value {
+    let mut patch = serde_json::to_value(StatusPatch { status: new }).unwrap_or_default();
+    let Some(status) = patch.get_mut("status").and_then(|s| s.as_object_mut()) else {
+        return patch;
+    };
+    match (
+        &old.build,
+        status.get_mut("build").and_then(|b| b.as_object_mut()),
+    ) {
+        (_, Some(build)) => {
+            for key in ["image", "job", "message"] {
+                build.entry(key).or_insert(serde_json::Value::Null);
+            }
+        }
+        (Some(_), None) => {
+            status.insert("build".into(), serde_json::Value::Null);
+        }
+        (None, None) => {}
+    }
+    patch
 }
 
 pub(crate) async fn publish(
@@ -784,5 +809,35 @@ pub fn strip_meta<K: Resource>(obj: &mut K) {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         *a = keep;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubeless_api::build::BuildStatus;
+
+    use super::*;
+
+    #[test]
+    fn a_status_patch_clears_build_fields_that_went_away() {
+        let built = |job: Option<&str>| FunctionStatus {
+            build: Some(BuildStatus {
+                state: "Built".into(),
+                hash: "h".into(),
+                image: Some("r/x:h".into()),
+                job: job.map(str::to_string),
+                message: None,
+            }),
+            ..FunctionStatus::default()
+        };
+        let p = status_patch(&built(Some("x-build-1")), &built(None));
+        assert_eq!(p["status"]["build"]["job"], serde_json::Value::Null);
+        assert_eq!(p["status"]["build"]["image"], "r/x:h");
+        // A function whose build step was switched off drops the whole build status.
+        let p = status_patch(&built(Some("j")), &FunctionStatus::default());
+        assert_eq!(p["status"]["build"], serde_json::Value::Null);
+        // Never built: nothing about builds in the patch.
+        let p = status_patch(&FunctionStatus::default(), &FunctionStatus::default());
+        assert!(p["status"].get("build").is_none());
     }
 }
