@@ -4,9 +4,9 @@
 //! the runtime catalogue behind that registry, and the function-controller binary with the build
 //! step on and the registry's builder image. A Python function with a requirements file is built
 //! by a Job whose steps (prepare, pip install, `kubeless-builder push`) run in podman
-//! containers (in a namespace enforcing PodSecurity `restricted`); the Function is Ready with the built image, its pod runs that image (pulled by
-//! podman, by the digest the registry has) with no install step, and it answers with its
-//! dependency.
+//! containers, in a namespace enforcing PodSecurity `restricted`; the Function is Ready with the
+//! built image, its pod runs that image (pulled by podman, by the digest the registry has) with
+//! no install step, and it answers with its dependency.
 //!
 //! Needs root, podman (runc), buildah, docker-registry (`ensure_containers` in scripts/lib.sh),
 //! the binaries of a former `scripts/images.sh build` (scripts/test.sh runs it before the tests)
