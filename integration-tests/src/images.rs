@@ -35,6 +35,18 @@ pub fn images_sh(args: &[&str]) -> Output {
         .env("KUBELESS_IMAGE_SKIP_CARGO", "1"))
 }
 
+/// The tag scripts/images.sh gives the image `name` (`images.sh names`: NAME TAG DOCKERFILE).
+pub fn image_tag(name: &str) -> String {
+    let out = images_sh(&["names"]);
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            (fields.next() == Some(name)).then(|| fields.next().map(str::to_string))?
+        })
+        .unwrap_or_else(|| panic!("{name} not in `scripts/images.sh names`:\n{}", text(&out)))
+}
+
 /// Why podman cannot run containers here, or None when it can.
 pub fn podman_unusable() -> Option<String> {
     match Command::new("podman")

@@ -58,23 +58,40 @@ impl TestCluster {
         Self::start_in(dir, Some(images)).await
     }
 
+    /// With the pod runner in container mode: pods run from their images with podman
+    /// (docs/devcluster.md "Container mode"); a test calls [`shutdown`](Self::shutdown) to stop
+    /// their containers.
+    pub async fn with_containers() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let options = devcluster::Options::for_tests(dir.path().join("state")).with_containers();
+        Self::start_with(dir, options, None).await
+    }
+
     /// The API server only, with `crd` installed in place of the project's CRD of the same
     /// name (a [`loosened_crd`]).
     pub async fn with_crd(crd: CustomResourceDefinition) -> Self {
-        Self::start_with(tempfile::tempdir().unwrap(), None, Some(crd)).await
+        Self::start_in_with(tempfile::tempdir().unwrap(), None, Some(crd)).await
     }
 
     async fn start_in(dir: tempfile::TempDir, images: Option<PathBuf>) -> Self {
-        Self::start_with(dir, images, None).await
+        Self::start_in_with(dir, images, None).await
     }
 
-    async fn start_with(
+    async fn start_in_with(
         dir: tempfile::TempDir,
         images: Option<PathBuf>,
         replace: Option<CustomResourceDefinition>,
     ) -> Self {
         let mut options = devcluster::Options::for_tests(dir.path().join("state"));
         options.images_dir = images;
+        Self::start_with(dir, options, replace).await
+    }
+
+    async fn start_with(
+        dir: tempfile::TempDir,
+        options: devcluster::Options,
+        replace: Option<CustomResourceDefinition>,
+    ) -> Self {
         let cluster = devcluster::DevCluster::start(options).await.unwrap();
         let client = cluster.client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
