@@ -1,0 +1,126 @@
+//! Issue 20: a JetStream trigger with `maxInFlight: 1` must hand every message to the function
+//! as soon as it is free, never after a stall of the pull request expiry (30 s) or the ack
+//! wait. Against a real nats-server and devcluster.
+//!
+//! The stall came from async-nats's pull stream: when messages were waiting on the server, the
+//! answers to a pull request could be read before the stream counted the request, and it then
+//! waited 35 s for a batch the server did not owe it (see `nats_trigger::pull`). A backlog is
+//! what exposes it, so the test publishes one message at a time (the issue's report) and then
+//! a backlog the trigger works through while more arrive.
+#![cfg(test)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::json;
+use support::*;
+
+/// Far above a normal delivery here (milliseconds), far below the pull expiry and the ack wait
+/// (30 s each) a lost request or message waits for.
+const SLOW: Duration = Duration::from_secs(5);
+/// How long the test waits for one message before giving up (past the 35 s stall, so a stall
+/// is measured rather than cut short).
+const GIVE_UP: Duration = Duration::from_secs(45);
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn publish(js: &jetstream::Context, body: String) -> Instant {
+    let sent = Instant::now();
+    js.publish("serial.one", body.into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    sent
+}
+
+/// Waits until the function got `n` messages; bounded by [`GIVE_UP`] after the last progress.
+async fn wait_count(f: &RecordingFunction, n: usize, what: &str) {
+    let mut last = (f.count(), Instant::now());
+    while f.count() < n {
+        let c = f.count();
+        if c != last.0 {
+            last = (c, Instant::now());
+        }
+        assert!(
+            last.1.elapsed() < GIVE_UP,
+            "{what}: stuck at {c} of {n} messages for {GIVE_UP:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_in_flight_one_never_stalls() {
+    let one_by_one = env_usize("NATS_LATENCY_ONE_BY_ONE", 200);
+    let backlog = env_usize("NATS_LATENCY_BACKLOG", 4000);
+    let nats_server = NatsServer::start();
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
+    let f = RecordingFunction::ok().await;
+    register_function(&client, "one", json!({"serial": "yes"}), "1", f.addr).await;
+    let publisher = async_nats::connect(&nats_server.url).await.unwrap();
+    let js = jetstream::new(publisher.clone());
+    js.create_stream(jetstream::stream::Config {
+        name: "SERIAL".into(),
+        subjects: vec!["serial.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    create_trigger(
+        &client,
+        "serial",
+        json!({"topic": "serial.>", "maxInFlight": 1,
+               "functionSelector": {"matchLabels": {"serial": "yes"}},
+               "jetStream": {"enabled": true, "stream": "SERIAL", "ackWait": "30s"}}),
+        json!(null),
+    )
+    .await;
+    let replica = Replica::start(&client, &nats_server.url).await;
+    replica.wait_active(1).await;
+
+    // One at a time: each message is published once the previous one reached the function.
+    let mut sent = Vec::new();
+    for i in 0..one_by_one {
+        sent.push(publish(&js, format!("m{i}")).await);
+        wait_count(&f, i + 1, "one by one").await;
+    }
+    // A backlog: published as fast as the server confirms, consumed meanwhile.
+    for i in one_by_one..one_by_one + backlog {
+        sent.push(publish(&js, format!("m{i}")).await);
+    }
+    wait_count(&f, sent.len(), "backlog").await;
+
+    // Every message once, in order: nothing was redelivered.
+    let received = f.received();
+    let bodies: Vec<String> = received.iter().map(|r| r.body_text()).collect();
+    let expected: Vec<String> = (0..sent.len()).map(|i| format!("m{i}")).collect();
+    assert_eq!(bodies, expected);
+    let slow: Vec<(usize, Duration)> = received
+        .iter()
+        .zip(&sent)
+        .map(|(r, s)| r.at.saturating_duration_since(*s))
+        .enumerate()
+        .filter(|(_, took)| *took > SLOW)
+        .collect();
+    assert!(
+        slow.is_empty(),
+        "{} of {} messages took longer than {SLOW:?} from publish to the function (first: {:?})",
+        slow.len(),
+        sent.len(),
+        slow.first()
+    );
+    replica.stop().await;
+    cluster.shutdown().await;
+}
