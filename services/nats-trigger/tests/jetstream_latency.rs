@@ -124,3 +124,63 @@ async fn max_in_flight_one_never_stalls() {
     replica.stop().await;
     cluster.shutdown().await;
 }
+
+/// Messages a stopping trigger had pulled but not taken are given back at once: the next
+/// replica gets them well before the ack wait (30 s) would have let the server redeliver them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_trigger_gives_back_what_it_had_pulled() {
+    let nats_server = NatsServer::start();
+    let TestCluster {
+        cluster,
+        client,
+        dir: _dir,
+    } = TestCluster::start(None).await;
+    // Slow enough that the trigger holds pulled messages while the first call runs.
+    let f = RecordingFunction::start(|_, _, _| Reply::Answer {
+        status: 200,
+        delay: Duration::from_millis(500),
+    })
+    .await;
+    register_function(&client, "one", json!({"serial": "yes"}), "1", f.addr).await;
+    let publisher = async_nats::connect(&nats_server.url).await.unwrap();
+    let js = jetstream::new(publisher.clone());
+    js.create_stream(jetstream::stream::Config {
+        name: "SERIAL".into(),
+        subjects: vec!["serial.>".into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    create_trigger(
+        &client,
+        "serial",
+        json!({"topic": "serial.>", "maxInFlight": 1,
+               "functionSelector": {"matchLabels": {"serial": "yes"}},
+               "jetStream": {"enabled": true, "stream": "SERIAL", "ackWait": "30s"}}),
+        json!(null),
+    )
+    .await;
+    let first = Replica::start(&client, &nats_server.url).await;
+    first.wait_active(1).await;
+    for i in 0..4 {
+        publish(&js, format!("m{i}")).await;
+    }
+    wait_count(&f, 1, "the first call").await;
+    let stopped = Instant::now();
+    first.stop().await;
+
+    let second = Replica::start(&client, &nats_server.url).await;
+    second.wait_active(1).await;
+    wait_count(&f, 4, "after the restart").await;
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "the messages the stopped trigger held came back after {took:?} (the ack wait is 30 s)"
+    );
+    let mut bodies = f.bodies();
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies, ["m0", "m1", "m2", "m3"]);
+    second.stop().await;
+    cluster.shutdown().await;
+}
