@@ -17,8 +17,9 @@ use async_nats::jetstream;
 use serde_json::json;
 use support::*;
 
-/// Far above a normal delivery here (milliseconds), far below the pull expiry and the ack wait
-/// (30 s each) a lost request or message waits for.
+/// The longest the function may wait for a message that is published while it is free: far
+/// above a normal delivery here (milliseconds, tens on a loaded machine), far below the pull
+/// expiry and the ack wait (30 s each) a lost request or message waits for.
 const SLOW: Duration = Duration::from_secs(5);
 /// How long the test waits for one message before giving up (past the 35 s stall, so a stall
 /// is measured rather than cut short).
@@ -107,16 +108,23 @@ async fn max_in_flight_one_never_stalls() {
     let bodies: Vec<String> = received.iter().map(|r| r.body_text()).collect();
     let expected: Vec<String> = (0..sent.len()).map(|i| format!("m{i}")).collect();
     assert_eq!(bodies, expected);
+    // Each message waited for from the moment it was published and the previous one had
+    // reached the function: a backlog drains slowly on a loaded machine, but never stops.
     let slow: Vec<(usize, Duration)> = received
         .iter()
-        .zip(&sent)
-        .map(|(r, s)| r.at.saturating_duration_since(*s))
         .enumerate()
-        .filter(|(_, took)| *took > SLOW)
+        .map(|(i, r)| {
+            let ready = match i.checked_sub(1) {
+                Some(prev) => sent[i].max(received[prev].at),
+                None => sent[i],
+            };
+            (i, r.at.saturating_duration_since(ready))
+        })
+        .filter(|(_, waited)| *waited > SLOW)
         .collect();
     assert!(
         slow.is_empty(),
-        "{} of {} messages took longer than {SLOW:?} from publish to the function (first: {:?})",
+        "{} of {} messages waited longer than {SLOW:?} for a free trigger (first: {:?})",
         slow.len(),
         sent.len(),
         slow.first()
