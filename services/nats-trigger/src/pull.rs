@@ -186,8 +186,9 @@ impl Puller {
         })
     }
 
-    /// The next message; `None` when the subscription was closed. Cancel safe between
-    /// messages: a dropped call loses no message (a request it sent is counted).
+    /// The next message; `None` when the subscription was closed. A dropped call loses no
+    /// message; dropped while sending a request, it may leave that request counted but unsent,
+    /// which the heartbeat check below corrects within two heartbeats.
     pub async fn next(&mut self) -> Result<Option<jetstream::Message>, PullError> {
         loop {
             if self.credit.wants_more() {
