@@ -6,6 +6,7 @@
 //!   loop watches both kinds, starts/stops [`subscription`] units to match and writes status.
 //! * [`subscription`]: a core NATS queue subscription (at most once) or a durable JetStream
 //!   pull consumer (at least once), bounded by `maxInFlight`.
+//! * [`pull`]: the JetStream pull loop (requests counted in the task that reads the answers).
 //! * [`deliver`]: one message -> the function call, reply, ack/nak, dead letter.
 //!
 //! [`serve`] is what the binary runs under the kubeless-service scaffold; [`run`] is the
@@ -14,6 +15,7 @@
 pub mod connect;
 pub mod deliver;
 pub mod plan;
+pub mod pull;
 pub mod reconciler;
 pub mod subscription;
 

@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::deliver::Deliverer;
 use crate::plan::{JetStreamConfig, Mode};
+use crate::pull::Puller;
 
 /// Starts the subscription task of `deliverer` as a unit of the control loop.
 pub fn spawn(ctx: &UnitContext, deliverer: Deliverer, drain_timeout: Duration) -> UnitTask {
@@ -38,6 +39,11 @@ fn broker(message: impl std::fmt::Display) -> SetupFailure {
 
 /// How long a stopping core subscription keeps taking messages the client already received.
 const DRAIN_RECEIVE: Duration = Duration::from_millis(500);
+/// How long a JetStream pull request waits on the server for messages.
+const PULL_EXPIRES: Duration = Duration::from_secs(30);
+/// How often the server reports a pull request it holds; two missed mean it holds none (after
+/// a server restart, say) and the next request goes out.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 
 async fn run(d: Deliverer, token: CancellationToken, state: StateSender, drain_timeout: Duration) {
     let mut backoff = Duration::from_millis(500);
@@ -151,14 +157,11 @@ async fn run_jetstream(
         r = setup => r?,
         _ = token.cancelled() => return Ok(()),
     };
-    let messages = consumer
-        .stream()
-        // At least 2: with a batch of 1 the client only asks for the next message once the
-        // previous one arrived, which measured ~4 messages/s against nats-server 2.9. One extra
-        // buffered message waits at most one call (< function timeout < ack wait).
-        .max_messages_per_batch((d.config.max_in_flight as usize).max(2))
-        .heartbeat(Duration::from_secs(5))
-        .messages();
+    // At least 2 per request: with a batch of 1 the next message is only asked for once the
+    // previous one arrived. One extra buffered message waits at most one call (< function
+    // timeout < ack wait).
+    let batch = (d.config.max_in_flight as usize).max(2);
+    let messages = Puller::start(js, consumer, batch, PULL_EXPIRES, PULL_HEARTBEAT);
     let mut messages = tokio::select! {
         r = messages => r.map_err(broker)?,
         _ = token.cancelled() => return Ok(()),
@@ -173,29 +176,35 @@ async fn run_jetstream(
             p = Arc::clone(&limit).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = token.cancelled() => break,
         };
-        // Messages not taken before a stop are redelivered by the server after the ack wait.
+        // Messages not taken before a stop are given back below.
         let next = tokio::select! {
             m = messages.next() => m,
             _ = token.cancelled() => break,
         };
         match next {
-            Some(Ok(msg)) => {
+            Ok(Some(msg)) => {
                 let d = d.clone();
                 calls.spawn(async move {
                     d.jetstream(msg).await;
                     drop(permit);
                 });
             }
-            Some(Err(e)) => {
-                // Missed heartbeats and the like: the pull stream keeps going by itself.
-                tracing::debug!(subscription = %d.key, error = %e, "JetStream pull error");
-            }
-            None => {
+            Ok(None) => {
                 ended = Some(broker("the JetStream message stream ended"));
+                break;
+            }
+            Err(e) => {
+                ended = Some(broker(e));
                 break;
             }
         }
         while calls.try_join_next().is_some() {}
+    }
+    let released = tokio::time::timeout(DRAIN_RECEIVE, messages.release())
+        .await
+        .unwrap_or(0);
+    if released > 0 {
+        tracing::info!(subscription = %d.key, released, "gave back messages not taken");
     }
     finish(calls, drain_timeout).await;
     match ended {
