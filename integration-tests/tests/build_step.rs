@@ -68,6 +68,31 @@ async fn wait_answer(c: &TestCluster, dir: &Path, name: &str, want: &str) {
     .await;
 }
 
+/// `kubeless function update NAME --from-file hello.py --wait` with `code`, then waits for the
+/// answer `want`; how long both took.
+async fn update_code(c: &TestCluster, dir: &Path, name: &str, code: &str, want: &str) -> Duration {
+    std::fs::write(dir.join("hello.py"), code).unwrap();
+    let started = Instant::now();
+    let (ok, out, err) = kubeless(
+        c,
+        dir,
+        &[
+            "function",
+            "update",
+            name,
+            "-n",
+            NS,
+            "--from-file",
+            "hello.py",
+            "--wait",
+        ],
+    )
+    .await;
+    assert!(ok, "update {name}: {out}{err}");
+    wait_answer(c, dir, name, want).await;
+    started.elapsed()
+}
+
 async fn build_status(fns: &Api<Function>, name: &str) -> kubeless_api::build::BuildStatus {
     fns.get(name)
         .await
@@ -277,57 +302,15 @@ async fn python_and_node_are_built_pushed_and_run_and_rebuilt_only_on_change() {
     assert_eq!(events(&c.client, "pyb", "Building").await, 1);
 
     // New code builds once, and the function answers with it.
-    std::fs::write(dir.join("hello.py"), PY_V2).unwrap();
-    let started = Instant::now();
-    let (ok, out, err) = kubeless(
-        c,
-        dir,
-        &[
-            "function",
-            "update",
-            "pyb",
-            "-n",
-            NS,
-            "--from-file",
-            "hello.py",
-            "--wait",
-        ],
-    )
-    .await;
-    assert!(ok, "update pyb: {out}{err}");
-    wait_answer(c, dir, "pyb", "v2 six 1.16.0").await;
-    report!(
-        "build step: pyb v2 rebuilt and serving in {:?}",
-        started.elapsed()
-    );
+    let took = update_code(c, dir, "pyb", PY_V2, "v2 six 1.16.0").await;
+    report!("build step: pyb v2 rebuilt and serving in {took:?}");
     let v2 = build_status(&fns, "pyb").await;
     assert_ne!(v2.image.as_deref(), Some(first_py.as_str()));
     assert_eq!(events(&c.client, "pyb", "Building").await, 2);
 
     // Rolling back to v1 reuses its image: no Job, a Reused Event, the v1 answer.
-    std::fs::write(dir.join("hello.py"), PY_V1).unwrap();
-    let started = Instant::now();
-    let (ok, out, err) = kubeless(
-        c,
-        dir,
-        &[
-            "function",
-            "update",
-            "pyb",
-            "-n",
-            NS,
-            "--from-file",
-            "hello.py",
-            "--wait",
-        ],
-    )
-    .await;
-    assert!(ok, "rollback pyb: {out}{err}");
-    wait_answer(c, dir, "pyb", "v1 six 1.16.0").await;
-    report!(
-        "build step: pyb rolled back to v1 (image reused) in {:?}",
-        started.elapsed()
-    );
+    let took = update_code(c, dir, "pyb", PY_V1, "v1 six 1.16.0").await;
+    report!("build step: pyb rolled back to v1 (image reused) in {took:?}");
     let back = build_status(&fns, "pyb").await;
     assert_eq!(back.image.as_deref(), Some(first_py.as_str()));
     assert!(back.job.is_none(), "{back:?}");
