@@ -365,6 +365,13 @@ impl GroupState {
         };
         let mut parts = lock(&self.parts);
         for &p in partitions {
+            // Every handle of a partition's queue is the same librdkafka queue, and dropping one
+            // (rdkafka 0.39's `PartitionQueue::drop`) switches that queue's callback off: an old
+            // handle must go before the new one sets its callback, or the partition's wake-ups
+            // are lost (the poll thread's 50 ms tick would still find its records, late).
+            if let Some(w) = parts.get_mut(&p) {
+                drop(w.queue.take());
+            }
             let Some(mut queue) = consumer.split_partition_queue(&self.spec.topic, p) else {
                 tracing::warn!(group = %self.spec.group, partition = p, "no queue for the partition; its records come through the consumer queue");
                 continue;
