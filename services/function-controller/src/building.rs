@@ -92,8 +92,9 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
             }
         });
     }
-    let access = registry_access(ctx, &ns).await?;
-    match exists(ctx, &ns, plan, &access).await {
+    let secret = registry_secret(ctx, &ns).await?;
+    let access = &secret.access;
+    match exists(plan, &secret).await {
         Ok(Some(digest)) => {
             announce(
                 ctx,
@@ -115,7 +116,7 @@ pub async fn ensure(f: &Function, ctx: &Context, plan: &BuildPlan) -> Result<Out
     }
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &ns);
     ctx.metrics.write("Job", "create");
-    match api.create(&PostParams::default(), &plan.job(&access)).await {
+    match api.create(&PostParams::default(), &plan.job(access)).await {
         Ok(_) => {
             ctx.metrics.builds.inc();
             announce(
@@ -177,26 +178,39 @@ fn job_state(job: &Job) -> JobState {
     JobState::Running
 }
 
-/// What the registry Secret in `ns` holds; a missing Secret is an anonymous registry.
-pub(crate) async fn registry_access(ctx: &Context, ns: &str) -> Result<RegistryAccess, Error> {
+/// The registry Secret of a namespace: what the build Job mounts, and the credentials and CA
+/// the controller asks the registry with (read once per reconcile).
+#[derive(Default)]
+pub(crate) struct RegistrySecret {
+    /// Which keys the Job mounts.
+    pub access: RegistryAccess,
+    docker_config: Option<Vec<u8>>,
+    ca: Option<Vec<u8>>,
+}
+
+/// The registry Secret in `ns`; a missing Secret is an anonymous registry.
+pub(crate) async fn registry_secret(ctx: &Context, ns: &str) -> Result<RegistrySecret, Error> {
     let name = ctx.config_build().registry_secret;
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.get_opt(&name).await {
         Ok(Some(s)) => {
-            let has = |k: &str| {
-                s.data.as_ref().is_some_and(|d| d.contains_key(k))
-                    || s.string_data.as_ref().is_some_and(|d| d.contains_key(k))
-            };
-            Ok(RegistryAccess {
-                docker_config: has(DOCKER_CONFIG_KEY),
-                ca: has(CA_KEY),
-                secret: Some(name),
+            let data = s.data.unwrap_or_default();
+            let docker_config = data.get(DOCKER_CONFIG_KEY).map(|b| b.0.clone());
+            let ca = data.get(CA_KEY).map(|b| b.0.clone());
+            Ok(RegistrySecret {
+                access: RegistryAccess {
+                    docker_config: docker_config.is_some(),
+                    ca: ca.is_some(),
+                    secret: Some(name),
+                },
+                docker_config,
+                ca,
             })
         }
-        Ok(None) => Ok(RegistryAccess::default()),
+        Ok(None) => Ok(RegistrySecret::default()),
         Err(kube::Error::Api(e)) if e.code == 403 => {
             tracing::warn!(error = %e, namespace = ns, "may not read the registry Secret; building anonymously");
-            Ok(RegistryAccess::default())
+            Ok(RegistrySecret::default())
         }
         Err(source) => Err(Error::Read {
             kind: "Secret",
@@ -208,24 +222,13 @@ pub(crate) async fn registry_access(ctx: &Context, ns: &str) -> Result<RegistryA
 }
 
 /// Asks the registry for the image, with the Secret's credentials and CA.
-async fn exists(
-    ctx: &Context,
-    ns: &str,
-    plan: &BuildPlan,
-    access: &RegistryAccess,
-) -> Result<Option<String>, String> {
-    let mut opts = kubeless_oci::RegistryOptions {
+async fn exists(plan: &BuildPlan, secret: &RegistrySecret) -> Result<Option<String>, String> {
+    let registry = kubeless_oci::Registry::new(kubeless_oci::RegistryOptions {
         insecure: plan.insecure,
-        ..Default::default()
-    };
-    if let Some(name) = &access.secret {
-        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-        let secret = api.get(name).await.map_err(|e| e.to_string())?;
-        let data = secret.data.unwrap_or_default();
-        opts.docker_config = data.get(DOCKER_CONFIG_KEY).map(|b| b.0.clone());
-        opts.ca_pem = data.get(CA_KEY).map(|b| b.0.clone());
-    }
-    let registry = kubeless_oci::Registry::new(opts).map_err(|e| e.to_string())?;
+        docker_config: secret.docker_config.clone(),
+        ca_pem: secret.ca.clone(),
+    })
+    .map_err(|e| e.to_string())?;
     tokio::time::timeout(
         std::time::Duration::from_secs(10),
         registry.exists(&plan.image),

@@ -275,8 +275,9 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
     if let Some(crate::building::Outcome::Ready(b)) = &build {
         // The function's pods pull the built image with the registry Secret the build pushed
         // with, when there is one.
-        let access =
-            crate::building::registry_access(ctx, &f.namespace().unwrap_or_default()).await?;
+        let access = crate::building::registry_secret(ctx, &f.namespace().unwrap_or_default())
+            .await?
+            .access;
         let pull_secret = access.secret.filter(|_| access.docker_config);
         desired = builders::with_built_image(
             desired,
