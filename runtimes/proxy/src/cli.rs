@@ -170,6 +170,10 @@ pub struct ServeArgs {
     /// printed) or `timed` (RFC 3339 time first and the call's duration last).
     #[arg(long, env = "KUBELESS_ACCESS_LOG_FORMAT", value_enum, default_value_t = AccessLogFormat::Combined)]
     pub access_log_format: AccessLogFormat,
+    /// Warm pool mode: with this token and no handler, the runtime starts without a function
+    /// and waits for the function-controller's specialize call (docs/scale-to-zero.md).
+    #[arg(long, env = "KUBELESS_POOL_TOKEN", hide_env_values = true)]
+    pub pool_token: Option<String>,
     /// Extra environment for the workers (the function's own variables), for callers that embed
     /// the server (`kubeless function run`); the function container sets them in its env instead.
     #[arg(skip)]

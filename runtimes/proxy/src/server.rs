@@ -48,21 +48,151 @@ pub enum ServeError {
 }
 
 struct State {
-    pool: Pool,
+    /// The function's workers: set at start, or by the specialize call in pool mode.
+    served: std::sync::OnceLock<Served>,
+    /// Pool mode: waiting for a function (see [`kubeless_api::warm`]).
+    pool_mode: Option<PoolMode>,
     metrics: Metrics,
-    timeout: Duration,
     max_body: usize,
     access_log: Option<AccessLogFormat>,
     /// Spans are exported: each call gets a server span, and the function sees its context.
     tracing: bool,
 }
 
+/// A running function: its worker pool and settings.
+struct Served {
+    pool: Pool,
+    timeout: Duration,
+    // Kept alive so the socket folder lives as long as the workers.
+    _socket_dir: Option<tempfile::TempDir>,
+}
+
+/// A pool pod's state before it is given a function.
+struct PoolMode {
+    token: String,
+    /// The pod's own settings; the specialize call adds the function's.
+    args: ServeArgs,
+    /// One specialize call at a time.
+    specializing: tokio::sync::Mutex<()>,
+}
+
+impl State {
+    /// How long a stop waits for in-flight calls.
+    fn drain_timeout(&self) -> Duration {
+        self.served
+            .get()
+            .map(|s| s.timeout)
+            .unwrap_or(DEFAULT_DRAIN)
+    }
+}
+
+/// Drain timeout of a pool pod that has no function yet.
+const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+
 /// A bound, ready server; `run` serves until SIGTERM/SIGINT.
 pub struct Server {
     listener: TcpListener,
     state: Arc<State>,
-    // Kept alive so the socket folder lives as long as the server.
-    _socket_dir: Option<tempfile::TempDir>,
+}
+
+/// Validates the function settings and starts its workers.
+async fn start_function(args: &ServeArgs) -> Result<Served, ServeError> {
+    let timeout = parse_timeout(&args.timeout)?;
+    let (program, wargs) = worker_command(&args)?;
+    let noop = args.worker == WorkerKind::Noop;
+    let handler = match (&args.handler, noop) {
+        (Some(h), _) => h.clone(),
+        (None, true) => String::new(),
+        (None, false) => {
+            return Err(ServeError::Missing(
+                "the function name",
+                "handler",
+                "FUNC_HANDLER",
+            ));
+        }
+    };
+    let module = match (&args.module, noop) {
+        (Some(m), _) => m.clone(),
+        (None, true) => String::new(),
+        (None, false) => {
+            return Err(ServeError::Missing("the module name", "module", "MOD_NAME"));
+        }
+    };
+    let volume: PathBuf = match (&args.install_volume, noop) {
+        (Some(v), _) => v.clone(),
+        (None, true) => PathBuf::from("."),
+        (None, false) => {
+            return Err(ServeError::Missing(
+                "the install volume",
+                "install-volume",
+                "KUBELESS_INSTALL_VOLUME",
+            ));
+        }
+    };
+    // Workers resolve the function relative to this, whatever their cwd.
+    let volume = std::path::absolute(&volume).unwrap_or(volume);
+    let (socket_dir, tmp) = match &args.socket_dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(ServeError::SocketDir)?;
+            (d.clone(), None)
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("kubeless-runtime-")
+                .tempdir_in(socket_parent())
+                .map_err(ServeError::SocketDir)?;
+            (t.path().to_path_buf(), Some(t))
+        }
+    };
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("FUNC_HANDLER".into(), handler.into()),
+        ("MOD_NAME".into(), module.into()),
+        ("FUNC_TIMEOUT".into(), args.timeout.clone().into()),
+        ("FUNC_RUNTIME".into(), args.runtime.clone().into()),
+        ("FUNC_MEMORY_LIMIT".into(), args.memory_limit.clone().into()),
+        (
+            "KUBELESS_INSTALL_VOLUME".into(),
+            volume.clone().into_os_string(),
+        ),
+        (
+            "KUBELESS_PYTHON_PACKAGES".into(),
+            volume.join(PYTHON_PACKAGES_DIR).into_os_string(),
+        ),
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+    ];
+    env.extend(
+        args.worker_env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    let cpu_limit = crate::sizing::cgroup_cpu_limit(&args.cgroup_root);
+    let size = crate::sizing::pool_size(crate::sizing::SizingInput {
+        workers: args.workers,
+        min_workers: args.min_workers,
+        max_workers: args.max_workers,
+        idle_timeout: Duration::try_from_secs_f64(args.worker_idle_timeout)
+            .unwrap_or(Duration::MAX),
+        cpu_limit,
+        cpus: std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1),
+    });
+    let spec = WorkerSpec {
+        program,
+        args: wargs,
+        env,
+        socket_dir,
+        start_timeout: Duration::try_from_secs_f64(args.worker_start_timeout)
+            .unwrap_or(Duration::from_secs(60)),
+        max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_body_bytes),
+    };
+    let pool = Pool::start(spec, size, timeout).await?;
+    tracing::debug!(?cpu_limit, "workers started");
+    Ok(Served {
+        pool,
+        timeout,
+        _socket_dir: tmp,
+    })
 }
 
 fn parse_timeout(s: &str) -> Result<Duration, ServeError> {
@@ -138,115 +268,42 @@ fn install_volume(args: &ServeArgs) -> PathBuf {
 }
 
 impl Server {
-    /// Validate the config, start the workers and bind the port.
+    /// Validate the config, start the workers and bind the port. With a pool token and no
+    /// handler (pool mode), only bind: the workers start when a function arrives.
     pub async fn bind(args: ServeArgs) -> Result<Self, ServeError> {
-        let timeout = parse_timeout(&args.timeout)?;
-        let (program, wargs) = worker_command(&args)?;
-        let noop = args.worker == WorkerKind::Noop;
-        let handler = match (&args.handler, noop) {
-            (Some(h), _) => h.clone(),
-            (None, true) => String::new(),
-            (None, false) => {
-                return Err(ServeError::Missing(
-                    "the function name",
-                    "handler",
-                    "FUNC_HANDLER",
-                ));
-            }
+        let pool_mode = match args.pool_token.as_deref().map(str::trim) {
+            Some(token) if !token.is_empty() && args.handler.is_none() => Some(PoolMode {
+                token: token.to_string(),
+                args: args.clone(),
+                specializing: tokio::sync::Mutex::new(()),
+            }),
+            _ => None,
         };
-        let module = match (&args.module, noop) {
-            (Some(m), _) => m.clone(),
-            (None, true) => String::new(),
-            (None, false) => {
-                return Err(ServeError::Missing("the module name", "module", "MOD_NAME"));
-            }
-        };
-        let volume: PathBuf = match (&args.install_volume, noop) {
-            (Some(v), _) => v.clone(),
-            (None, true) => PathBuf::from("."),
-            (None, false) => {
-                return Err(ServeError::Missing(
-                    "the install volume",
-                    "install-volume",
-                    "KUBELESS_INSTALL_VOLUME",
-                ));
-            }
-        };
-        // Workers resolve the function relative to this, whatever their cwd.
-        let volume = std::path::absolute(&volume).unwrap_or(volume);
-        let (socket_dir, tmp) = match &args.socket_dir {
-            Some(d) => {
-                std::fs::create_dir_all(d).map_err(ServeError::SocketDir)?;
-                (d.clone(), None)
-            }
-            None => {
-                let t = tempfile::Builder::new()
-                    .prefix("kubeless-runtime-")
-                    .tempdir_in(socket_parent())
-                    .map_err(ServeError::SocketDir)?;
-                (t.path().to_path_buf(), Some(t))
-            }
-        };
-        let mut env: Vec<(OsString, OsString)> = vec![
-            ("FUNC_HANDLER".into(), handler.into()),
-            ("MOD_NAME".into(), module.into()),
-            ("FUNC_TIMEOUT".into(), args.timeout.clone().into()),
-            ("FUNC_RUNTIME".into(), args.runtime.clone().into()),
-            ("FUNC_MEMORY_LIMIT".into(), args.memory_limit.clone().into()),
-            (
-                "KUBELESS_INSTALL_VOLUME".into(),
-                volume.clone().into_os_string(),
-            ),
-            (
-                "KUBELESS_PYTHON_PACKAGES".into(),
-                volume.join(PYTHON_PACKAGES_DIR).into_os_string(),
-            ),
-            ("PYTHONUNBUFFERED".into(), "1".into()),
-        ];
-        env.extend(
-            args.worker_env
-                .iter()
-                .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-        );
-        let cpu_limit = crate::sizing::cgroup_cpu_limit(&args.cgroup_root);
-        let size = crate::sizing::pool_size(crate::sizing::SizingInput {
-            workers: args.workers,
-            min_workers: args.min_workers,
-            max_workers: args.max_workers,
-            idle_timeout: Duration::try_from_secs_f64(args.worker_idle_timeout)
-                .unwrap_or(Duration::MAX),
-            cpu_limit,
-            cpus: std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1),
-        });
-        let spec = WorkerSpec {
-            program,
-            args: wargs,
-            env,
-            socket_dir,
-            start_timeout: Duration::try_from_secs_f64(args.worker_start_timeout)
-                .unwrap_or(Duration::from_secs(60)),
-            max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_body_bytes),
-        };
-        let pool = Pool::start(spec, size, timeout).await?;
+        let served = std::sync::OnceLock::new();
+        if pool_mode.is_none() {
+            let _ = served.set(start_function(&args).await?);
+        }
         let addr = SocketAddr::new(args.listen_address, args.port);
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| ServeError::Bind { addr, source })?;
-        let size = pool.size();
-        tracing::info!(%addr, min_workers = size.min, max_workers = size.max, cpu_limit = ?cpu_limit, timeout_s = timeout.as_secs_f64(), "function runtime ready");
+        match served.get() {
+            Some(s) => {
+                let size = s.pool.size();
+                tracing::info!(%addr, min_workers = size.min, max_workers = size.max, timeout_s = s.timeout.as_secs_f64(), "function runtime ready");
+            }
+            None => tracing::info!(%addr, runtime = %args.runtime, "warm pool runtime ready; waiting for a function"),
+        }
         Ok(Self {
             listener,
             state: Arc::new(State {
-                pool,
+                served,
+                pool_mode,
                 metrics: Metrics::new(),
-                timeout,
                 max_body: args.max_body_bytes,
                 access_log: args.access_log.then_some(args.access_log_format),
                 tracing: !args.otlp_endpoint.trim().is_empty(),
             }),
-            _socket_dir: tmp,
         })
     }
 
@@ -295,7 +352,7 @@ impl Server {
         }
         tracing::info!("shutting down: finishing in-flight calls");
         drop(self.listener);
-        if tokio::time::timeout(self.state.timeout, graceful.shutdown())
+        if tokio::time::timeout(self.state.drain_timeout(), graceful.shutdown())
             .await
             .is_err()
         {
@@ -368,6 +425,9 @@ async fn handle(
     let user_agent = header_text(header::USER_AGENT);
     let resp = match req.uri().path() {
         "/healthz" => text(StatusCode::OK, "OK"),
+        kubeless_api::warm::SPECIALIZE_PATH if state.pool_mode.is_some() => {
+            specialize(&state, req).await
+        }
         "/metrics" => match state.metrics.encode() {
             Ok(body) => {
                 let mut r = Response::new(Full::new(Bytes::from(body)));
@@ -491,7 +551,16 @@ async fn call_function(
             );
         }
     };
-    match state.pool.call(prefix, body).await {
+    let Some(served) = state.served.get() else {
+        return (
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "this warm pool runtime has no function yet\n",
+            ),
+            true,
+        );
+    };
+    match served.pool.call(prefix, body).await {
         CallOutcome::Response { head, body } => {
             let failed = head.error.is_some();
             if let Some(err) = &head.error {
@@ -549,6 +618,149 @@ async fn call_function(
             true,
         ),
     }
+}
+
+/// Largest specialize body: the function's code (a ConfigMap holds at most 1 MiB) and its
+/// environment, with room for JSON escaping.
+const MAX_SPECIALIZE_BYTES: usize = 8 * 1024 * 1024;
+
+fn json_text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn error_json(status: StatusCode, message: impl std::fmt::Display) -> Response<Full<Bytes>> {
+    json_text(
+        status,
+        serde_json::json!({ "error": message.to_string() }).to_string(),
+    )
+}
+
+/// The specialize call of a pool pod: checks the token, writes the function's code into the
+/// install volume (as the `prepare` init step does), then starts its workers. The pod answers
+/// the function's calls from then on; a second call is refused.
+async fn specialize(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let Some(mode) = &state.pool_mode else {
+        return text(StatusCode::NOT_FOUND, "not a warm pool runtime\n");
+    };
+    if req.method() != http::Method::POST {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "POST only\n");
+    }
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !kubeless_api::warm::token_matches(&mode.token, given) {
+        return text(StatusCode::UNAUTHORIZED, "bad or missing token\n");
+    }
+    let started = Instant::now();
+    let _one = mode.specializing.lock().await;
+    if state.served.get().is_some() {
+        return text(StatusCode::CONFLICT, "this runtime already has a function\n");
+    }
+    let body = match Limited::new(req.into_body(), MAX_SPECIALIZE_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
+    };
+    let request: kubeless_api::warm::SpecializeRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return error_json(StatusCode::BAD_REQUEST, e),
+    };
+    let args = specialized_args(&mode.args, &request);
+    if let Err(e) = write_source(&args, &request.source).await {
+        return error_json(StatusCode::UNPROCESSABLE_ENTITY, crate::error_chain(&e));
+    }
+    match start_function(&args).await {
+        Ok(served) => {
+            let _ = state.served.set(served);
+            let ready_ms = started.elapsed().as_secs_f64() * 1000.0;
+            tracing::info!(handler = ?args.handler, module = ?args.module, ready_ms, "specialized: serving the function");
+            json_text(
+                StatusCode::OK,
+                serde_json::json!({ "readyMs": ready_ms }).to_string(),
+            )
+        }
+        Err(e) => error_json(StatusCode::UNPROCESSABLE_ENTITY, crate::error_chain(&e)),
+    }
+}
+
+/// The pool pod's settings with the function's environment: the `FUNC_*` variables set the
+/// function, the others reach its workers. The pod's own port, address and volume stay.
+fn specialized_args(base: &ServeArgs, req: &kubeless_api::warm::SpecializeRequest) -> ServeArgs {
+    let mut args = base.clone();
+    for kubeless_api::warm::EnvPair { name, value } in &req.env {
+        match name.as_str() {
+            "FUNC_HANDLER" => args.handler = Some(value.clone()),
+            "MOD_NAME" => args.module = Some(value.clone()),
+            "FUNC_TIMEOUT" => args.timeout.clone_from(value),
+            "FUNC_RUNTIME" => args.runtime.clone_from(value),
+            "FUNC_MEMORY_LIMIT" => args.memory_limit.clone_from(value),
+            "FUNC_PORT" | "KUBELESS_INSTALL_VOLUME" | "KUBELESS_LISTEN_ADDRESS" => {}
+            n if n == kubeless_api::warm::TOKEN_ENV => {}
+            _ => args.worker_env.push((name.clone(), value.clone())),
+        }
+    }
+    args.pool_token = None;
+    args
+}
+
+#[derive(Debug, thiserror::Error)]
+enum SourceError {
+    #[error("the pool runtime has no install volume (KUBELESS_INSTALL_VOLUME)")]
+    NoVolume,
+    #[error("the source file name {0:?} is not a plain file name")]
+    BadName(String),
+    #[error("cannot stage the function source")]
+    Stage(#[source] std::io::Error),
+    #[error(transparent)]
+    Prepare(#[from] crate::prepare::PrepareError),
+    #[error("the prepare task failed")]
+    Join(#[source] tokio::task::JoinError),
+}
+
+/// Runs the `prepare` step on the code the specialize call brought.
+async fn write_source(
+    args: &ServeArgs,
+    source: &kubeless_api::warm::Source,
+) -> Result<(), SourceError> {
+    let dest = args.install_volume.clone().ok_or(SourceError::NoVolume)?;
+    let file = std::path::Path::new(&source.file);
+    let plain = file.components().count() == 1
+        && matches!(
+            file.components().next(),
+            Some(std::path::Component::Normal(_))
+        );
+    if !plain {
+        return Err(SourceError::BadName(source.file.clone()));
+    }
+    let staging = tempfile::tempdir().map_err(SourceError::Stage)?;
+    let staged = staging.path().join(file);
+    tokio::fs::write(&staged, source.content.as_bytes())
+        .await
+        .map_err(SourceError::Stage)?;
+    let prepare = crate::cli::PrepareArgs {
+        source: staged,
+        content_type: source.content_type.clone(),
+        checksum: source.checksum.clone(),
+        dest,
+        deps: None,
+        file_name: Some(source.file.clone()),
+    };
+    // Downloads (`url`) run their own small runtime: keep them off this one.
+    tokio::task::spawn_blocking(move || crate::prepare::prepare(&prepare))
+        .await
+        .map_err(SourceError::Join)??;
+    Ok(())
 }
 
 /// Longest socket directory we accept: sun_path holds 108 bytes, and the file name

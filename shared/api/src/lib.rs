@@ -23,6 +23,7 @@ pub mod scale;
 pub mod schema;
 pub mod triggers;
 pub mod validate;
+pub mod warm;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
