@@ -14,6 +14,30 @@ const Module = require('module');
 const { URLSearchParams } = require('url');
 const { TextDecoder } = require('util');
 
+// Warm pool standby: started before its function, the worker reads its environment (one JSON
+// line) from stdin, then goes on as if started with it.
+if (process.env.KUBELESS_WORKER_STANDBY) {
+  const fs = require('fs');
+  const chunks = [];
+  const buf = Buffer.alloc(64 * 1024);
+  for (;;) {
+    let n;
+    try {
+      n = fs.readSync(0, buf, 0, buf.length, null);
+    } catch (e) {
+      if (e.code === 'EAGAIN') continue;
+      throw e;
+    }
+    if (n === 0) break;
+    chunks.push(Buffer.from(buf.subarray(0, n)));
+    if (buf[n - 1] === 10) break;
+  }
+  const line = Buffer.concat(chunks).toString('utf8').trim();
+  if (!line) process.exit(0);
+  Object.assign(process.env, JSON.parse(line));
+  delete process.env.KUBELESS_WORKER_STANDBY;
+}
+
 const COALESCE = 64 * 1024;
 const volume = process.env.KUBELESS_INSTALL_VOLUME || process.cwd();
 const modName = process.env.MOD_NAME || '';

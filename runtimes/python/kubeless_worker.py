@@ -192,7 +192,20 @@ class _CallGuard:
             raise BackgroundError(msg)
 
 
+def _await_function():
+    """Warm pool standby: started before its function, the worker reads its environment (one
+    JSON line) from stdin. Returns False when stdin closes without one."""
+    line = sys.stdin.buffer.readline()
+    if not line.strip():
+        return False
+    os.environ.update(json.loads(line))
+    del os.environ["KUBELESS_WORKER_STANDBY"]
+    return True
+
+
 def main():
+    if os.environ.get("KUBELESS_WORKER_STANDBY") and not _await_function():
+        return 0
     sock_path = os.environ.get("KUBELESS_WORKER_SOCKET")
     if not sock_path:
         print("kubeless worker: KUBELESS_WORKER_SOCKET is not set", file=sys.stderr)

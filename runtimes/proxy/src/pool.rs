@@ -37,6 +37,101 @@ pub struct WorkerSpec {
     pub start_timeout: Duration,
     /// Largest reply body accepted from a worker; a bigger one fails the call.
     pub max_reply_bytes: usize,
+    /// A worker started ahead of the function (warm pool): the first spawn takes it.
+    pub standby: Option<Arc<std::sync::Mutex<Option<Standby>>>>,
+}
+
+/// Env var that starts a worker in standby: it loads its language runtime, then reads one
+/// JSON line of environment variables (the function's, and its socket) from stdin and goes on
+/// as if started with them.
+pub const STANDBY_ENV: &str = "KUBELESS_WORKER_STANDBY";
+
+/// A worker process started before its function was known (warm pool).
+#[derive(Debug)]
+pub struct Standby {
+    program: OsString,
+    child: Child,
+    stdin: tokio::process::ChildStdin,
+    /// Variables the interpreter read at its start; a function that sets them differently
+    /// gets a fresh worker.
+    startup_env: Vec<(OsString, OsString)>,
+}
+
+/// Whether an env var is read by the interpreter itself at start.
+fn read_at_startup(name: &std::ffi::OsStr) -> bool {
+    let n = name.to_string_lossy();
+    n.starts_with("PYTHON") || n.starts_with("NODE_") || n == "LD_PRELOAD"
+}
+
+impl Standby {
+    /// Starts `program args` in standby with `env` on top of the proxy's environment.
+    pub fn start(
+        program: OsString,
+        args: &[OsString],
+        env: Vec<(OsString, OsString)>,
+    ) -> Result<Self, SpawnError> {
+        let mut child = Command::new(&program)
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(STANDBY_ENV, "1")
+            .env_remove(kubeless_api::warm::TOKEN_ENV)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::inherit())
+            .stderr(std::process::Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|source| SpawnError::Spawn {
+                program: program.clone(),
+                source,
+            })?;
+        let stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| SpawnError::ExitedEarly("no stdin pipe".into()))?;
+        let startup_env = std::env::vars_os()
+            .chain(env)
+            .filter(|(k, _)| read_at_startup(k))
+            .collect();
+        Ok(Self {
+            program,
+            child,
+            stdin,
+            startup_env,
+        })
+    }
+
+    /// Whether this standby can become a worker of `spec`.
+    fn fits(&self, spec: &WorkerSpec) -> bool {
+        self.program == spec.program
+            && spec
+                .env
+                .iter()
+                .filter(|(k, _)| read_at_startup(k))
+                .all(|kv| self.startup_env.contains(kv))
+    }
+
+    /// Hands the worker its environment; it then connects like a fresh one.
+    async fn wake(mut self, env: &[(OsString, OsString)]) -> Option<Child> {
+        use tokio::io::AsyncWriteExt;
+        let map: serde_json::Map<String, serde_json::Value> = env
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.to_string_lossy().into_owned(),
+                    serde_json::Value::String(v.to_string_lossy().into_owned()),
+                )
+            })
+            .collect();
+        let mut line = serde_json::Value::Object(map).to_string().into_bytes();
+        line.push(b'\n');
+        if self.stdin.write_all(&line).await.is_err() || self.stdin.flush().await.is_err() {
+            kill_group(&mut self.child);
+            return None;
+        }
+        drop(self.stdin);
+        Some(self.child)
+    }
 }
 
 /// How many workers the pool runs.
@@ -256,11 +351,29 @@ impl Worker {
             path: path.clone(),
             source,
         })?;
+        let standby = spec
+            .standby
+            .as_ref()
+            .and_then(|s| s.lock().ok().and_then(|mut s| s.take()))
+            .filter(|s| s.fits(spec));
+        if let Some(standby) = standby {
+            let mut env = spec.env.clone();
+            env.push((
+                "KUBELESS_WORKER_SOCKET".into(),
+                path.clone().into_os_string(),
+            ));
+            env.push(("KUBELESS_WORKER_ID".into(), slot.to_string().into()));
+            if let Some(child) = standby.wake(&env).await {
+                return Self::connect(spec, child, listener, path).await;
+            }
+        }
         let mut cmd = Command::new(&spec.program);
         cmd.args(&spec.args)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env("KUBELESS_WORKER_SOCKET", &path)
             .env("KUBELESS_WORKER_ID", slot.to_string())
+            // A pool pod's token is not the function's business.
+            .env_remove(kubeless_api::warm::TOKEN_ENV)
             .stdin(std::process::Stdio::null())
             // Function output goes straight to the container log.
             .stdout(std::process::Stdio::inherit())
@@ -268,10 +381,20 @@ impl Worker {
             // Own process group, so a timeout also kills anything the function forked.
             .process_group(0)
             .kill_on_drop(true);
-        let mut child = cmd.spawn().map_err(|source| SpawnError::Spawn {
+        let child = cmd.spawn().map_err(|source| SpawnError::Spawn {
             program: spec.program.clone(),
             source,
         })?;
+        Self::connect(spec, child, listener, path).await
+    }
+
+    /// Waits for a started worker to connect and say it loaded the function.
+    async fn connect(
+        spec: &WorkerSpec,
+        mut child: Child,
+        listener: UnixListener,
+        path: PathBuf,
+    ) -> Result<Self, SpawnError> {
         let accepted = tokio::select! {
             r = tokio::time::timeout(spec.start_timeout, listener.accept()) => r,
             status = child.wait() => {

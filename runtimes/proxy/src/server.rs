@@ -21,7 +21,7 @@ use tracing::Instrument;
 use crate::cli::{AccessLogFormat, ServeArgs, WorkerKind};
 use crate::compile;
 use crate::metrics::{self, Metrics};
-use crate::pool::{CallOutcome, Pool, PoolStartError, WorkerSpec};
+use crate::pool::{CallOutcome, Pool, PoolStartError, Standby, WorkerSpec};
 use crate::protocol::{self, RequestHead};
 
 /// Sub-folder of the install volume that `install` fills with pip packages.
@@ -74,6 +74,9 @@ struct PoolMode {
     args: ServeArgs,
     /// One specialize call at a time.
     specializing: tokio::sync::Mutex<()>,
+    /// A worker started ahead (Python and Node.js), so the function's first worker does not
+    /// wait for its interpreter to start.
+    standby: Option<Arc<std::sync::Mutex<Option<Standby>>>>,
 }
 
 impl State {
@@ -95,8 +98,37 @@ pub struct Server {
     state: Arc<State>,
 }
 
-/// Validates the function settings and starts its workers.
-async fn start_function(args: &ServeArgs) -> Result<Served, ServeError> {
+/// The standby worker of a pool runtime whose language supports it (Python, Node.js).
+fn start_standby(args: &ServeArgs) -> Option<Arc<std::sync::Mutex<Option<Standby>>>> {
+    let (program, wargs) = worker_command(args).ok()?;
+    let supported = args.runtime.starts_with("python") || args.runtime.starts_with("node");
+    if !supported
+        || !matches!(
+            args.worker,
+            WorkerKind::Auto | WorkerKind::Python | WorkerKind::Nodejs
+        )
+    {
+        return None;
+    }
+    match Standby::start(
+        program,
+        &wargs,
+        vec![("PYTHONUNBUFFERED".into(), "1".into())],
+    ) {
+        Ok(s) => Some(Arc::new(std::sync::Mutex::new(Some(s)))),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start a standby worker; the function's workers start on specialize");
+            None
+        }
+    }
+}
+
+/// Validates the function settings and starts its workers (the first one from `standby` when
+/// it fits).
+async fn start_function(
+    args: &ServeArgs,
+    standby: Option<Arc<std::sync::Mutex<Option<Standby>>>>,
+) -> Result<Served, ServeError> {
     let timeout = parse_timeout(&args.timeout)?;
     let (program, wargs) = worker_command(&args)?;
     let noop = args.worker == WorkerKind::Noop;
@@ -185,6 +217,7 @@ async fn start_function(args: &ServeArgs) -> Result<Served, ServeError> {
         start_timeout: Duration::try_from_secs_f64(args.worker_start_timeout)
             .unwrap_or(Duration::from_secs(60)),
         max_reply_bytes: args.max_reply_bytes.unwrap_or(args.max_body_bytes),
+        standby,
     };
     let pool = Pool::start(spec, size, timeout).await?;
     tracing::debug!(?cpu_limit, "workers started");
@@ -276,12 +309,13 @@ impl Server {
                 token: token.to_string(),
                 args: args.clone(),
                 specializing: tokio::sync::Mutex::new(()),
+                standby: start_standby(&args),
             }),
             _ => None,
         };
         let served = std::sync::OnceLock::new();
         if pool_mode.is_none() {
-            let _ = served.set(start_function(&args).await?);
+            let _ = served.set(start_function(&args, None).await?);
         }
         let addr = SocketAddr::new(args.listen_address, args.port);
         let listener = TcpListener::bind(addr)
@@ -292,7 +326,9 @@ impl Server {
                 let size = s.pool.size();
                 tracing::info!(%addr, min_workers = size.min, max_workers = size.max, timeout_s = s.timeout.as_secs_f64(), "function runtime ready");
             }
-            None => tracing::info!(%addr, runtime = %args.runtime, "warm pool runtime ready; waiting for a function"),
+            None => {
+                tracing::info!(%addr, runtime = %args.runtime, "warm pool runtime ready; waiting for a function")
+            }
         }
         Ok(Self {
             listener,
@@ -663,7 +699,10 @@ async fn specialize(state: &State, req: Request<Incoming>) -> Response<Full<Byte
     let started = Instant::now();
     let _one = mode.specializing.lock().await;
     if state.served.get().is_some() {
-        return text(StatusCode::CONFLICT, "this runtime already has a function\n");
+        return text(
+            StatusCode::CONFLICT,
+            "this runtime already has a function\n",
+        );
     }
     let body = match Limited::new(req.into_body(), MAX_SPECIALIZE_BYTES)
         .collect()
@@ -680,7 +719,7 @@ async fn specialize(state: &State, req: Request<Incoming>) -> Response<Full<Byte
     if let Err(e) = write_source(&args, &request.source).await {
         return error_json(StatusCode::UNPROCESSABLE_ENTITY, crate::error_chain(&e));
     }
-    match start_function(&args).await {
+    match start_function(&args, mode.standby.clone()).await {
         Ok(served) => {
             let _ = state.served.set(served);
             let ready_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -7,7 +7,7 @@ mod common;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use common::{Lang, Opts, client, free_port, require_interpreter, serve_command};
+use common::{Lang, Opts, child_pids, client, free_port, require_interpreter, serve_command};
 use kubeless_api::warm::{EnvPair, SPECIALIZE_PATH, Source, SpecializeRequest};
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef";
@@ -36,6 +36,7 @@ impl PoolRuntime {
             lang,
             &Opts {
                 volume: Some(volume.path().to_path_buf()),
+                workers: 1,
                 ..Opts::default()
             },
             port,
@@ -121,11 +122,18 @@ async fn specialize_then_serve(lang: Lang, code: &str) {
     let rt = PoolRuntime::start(lang).await;
     let c = client();
     // No function yet: calls are refused, health is fine (the pod is a ready pool member).
-    let r = c.post(format!("{}/", rt.base)).body("x").send().await.unwrap();
+    let r = c
+        .post(format!("{}/", rt.base))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
     // The token is required.
     let req = request(lang, code);
-    let (status, _) = rt.specialize("wrong-token-of-the-same-length!!", &req).await;
+    let (status, _) = rt
+        .specialize("wrong-token-of-the-same-length!!", &req)
+        .await;
     assert_eq!(status, 401);
     let started = Instant::now();
     let (status, body) = rt.specialize(TOKEN, &req).await;
@@ -187,4 +195,48 @@ async fn broken_code_or_source_is_refused_and_the_pod_stays_free() {
     // Still free: a good function is taken afterwards.
     let (status, body) = rt.specialize(TOKEN, &request(Lang::Python, PYTHON)).await;
     assert_eq!(status, 200, "{body}: {}", rt.stderr());
+}
+
+#[tokio::test]
+async fn the_first_worker_was_started_ahead_and_never_sees_the_token() {
+    for (lang, code) in [
+        (
+            Lang::Python,
+            "import os\ndef greet(event, context):\n    return repr(os.environ.get('KUBELESS_POOL_TOKEN')) + ' ' + os.environ['GREETING'] + ' ' + str(os.getpid())\n",
+        ),
+        (
+            Lang::Nodejs,
+            "module.exports = { greet: () => String(process.env.KUBELESS_POOL_TOKEN) + ' ' + process.env.GREETING + ' ' + process.pid };\n",
+        ),
+    ] {
+        let rt = PoolRuntime::start(lang).await;
+        // The standby worker is already running before any function arrives.
+        let standby: Vec<u32> = child_pids(rt.child.id());
+        assert_eq!(
+            standby.len(),
+            1,
+            "{lang:?}: one standby worker, not {standby:?}"
+        );
+        let req = request(lang, code);
+        let (status, body) = rt.specialize(TOKEN, &req).await;
+        assert_eq!(status, 200, "{body}: {}", rt.stderr());
+        let text = client()
+            .get(format!("{}/", rt.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let none = if lang == Lang::Python {
+            "None"
+        } else {
+            "undefined"
+        };
+        assert_eq!(
+            text,
+            format!("{none} hi from the pool {}", standby[0]),
+            "{lang:?}: the standby worker serves, without the token"
+        );
+    }
 }

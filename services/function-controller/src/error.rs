@@ -62,6 +62,9 @@ pub enum Error {
     /// Creating the Kubernetes client failed.
     #[error("creating the Kubernetes client failed")]
     Client(#[source] kube::Error),
+    /// The warm pool failed to release a Function's pool pod.
+    #[error(transparent)]
+    Warm(crate::warm::WarmError),
     /// Reading the kubeless-config ConfigMap at start failed.
     #[error("reading ConfigMap {namespace}/{name} failed")]
     Config {
@@ -108,6 +111,7 @@ impl Error {
             Self::NoNamespace(_) => "NoNamespace",
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",
+            Self::Warm(_) => "WarmPoolFailed",
             Self::Finalizer(inner) => match inner.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

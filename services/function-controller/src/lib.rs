@@ -16,6 +16,7 @@ mod error;
 pub mod metrics;
 pub mod reconcile;
 pub mod scale;
+pub mod warm;
 
 use std::sync::{Arc, RwLock};
 
@@ -154,6 +155,24 @@ pub struct ControllerArgs {
         default_value = config::DEFAULT_BUILDER_IMAGE
     )]
     pub builder_image: String,
+    /// Warm pool: idle runtime pods to keep per runtime, `python3.11=2,nodejs20=1` (a runtime
+    /// alone keeps one). A Function woken from zero runs on one until its own pod is ready.
+    /// Empty: no pool.
+    #[arg(
+        long = "warm-pool",
+        env = "KUBELESS_WARM_POOL",
+        default_value = "",
+        value_parser = warm::parse_pool
+    )]
+    pub warm_pool: std::collections::BTreeMap<String, u32>,
+    /// Secret (in the kubeless namespace) with the token of the pool pods' specialize call;
+    /// created with a random token when missing.
+    #[arg(
+        long = "warm-pool-secret",
+        env = "KUBELESS_WARM_POOL_SECRET",
+        default_value = kubeless_api::warm::DEFAULT_TOKEN_SECRET
+    )]
+    pub warm_pool_secret: String,
 }
 
 fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
@@ -196,6 +215,8 @@ pub struct Settings {
     /// See [`ControllerArgs::scale_to_zero`] and [`ControllerArgs::scale_to_zero_idle`].
     pub scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults,
     pub build: config::BuildSettings,
+    /// See [`ControllerArgs::warm_pool`]; the pool lives in `config_namespace`.
+    pub warm: warm::WarmSettings,
 }
 
 impl Default for Settings {
@@ -210,6 +231,7 @@ impl Default for Settings {
             cluster_domain: kubeless_api::function::DEFAULT_CLUSTER_DOMAIN.into(),
             scale_to_zero: Default::default(),
             build: Default::default(),
+            warm: Default::default(),
         }
     }
 }
@@ -230,8 +252,15 @@ impl Settings {
             build_registry_secret,
             build_insecure_registry,
             builder_image,
+            warm_pool,
+            warm_pool_secret,
         } = args;
         Self {
+            warm: warm::WarmSettings {
+                runtimes: warm_pool,
+                namespace: kubeless_namespace.clone(),
+                token_secret: warm_pool_secret,
+            },
             config_namespace: kubeless_namespace,
             config_name: kubeless_config,
             watch_namespace,
@@ -433,6 +462,15 @@ async fn run_once(
         pods,
         jobs,
     };
+    let warm = warm::Warm::start(client, settings.warm.clone()).map(|(w, watch)| {
+        tokio::spawn(warm::run_pool(
+            Arc::clone(&w),
+            Arc::clone(&shared),
+            watch,
+            restart.clone(),
+        ));
+        w
+    });
     let (filled_tx, caches_filled) = tokio::sync::watch::channel(false);
     tokio::spawn(stores.clone().signal_filled(filled_tx));
     let ctx = Arc::new(Context {
@@ -452,6 +490,7 @@ async fn run_once(
         stopping: restart.clone(),
         waking: Default::default(),
         build_events: Default::default(),
+        warm,
     });
     // Guarded: a Function that does not deserialize reaches the reconciler as an error (and is
     // marked InvalidSpec) instead of failing the list of every Function.

@@ -41,6 +41,10 @@ pub struct ControllerMetrics {
     pub wake_duration: Histogram,
     /// Build Jobs created (the build step).
     pub builds: Counter,
+    /// Wakes answered by a warm pool pod.
+    pub warm_starts: Counter,
+    /// Seconds from claiming a warm pool pod to it serving the function.
+    pub warm_start_duration: Histogram,
 }
 
 impl ControllerMetrics {
@@ -59,6 +63,10 @@ impl ControllerMetrics {
                 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0,
             ]),
             builds: Counter::default(),
+            warm_starts: Counter::default(),
+            warm_start_duration: Histogram::new([
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+            ]),
         };
         metrics.register_with("function_controller", |r| {
             r.register(
@@ -100,6 +108,16 @@ impl ControllerMetrics {
                 "builds",
                 "Build Jobs created by the build step (an image found in the registry is not built)",
                 this.builds.clone(),
+            );
+            r.register(
+                "warm_starts",
+                "Wakes answered by a warm pool pod until the function's own pod was ready",
+                this.warm_starts.clone(),
+            );
+            r.register(
+                "warm_start_duration_seconds",
+                "Time from claiming a warm pool pod to it serving the function",
+                this.warm_start_duration.clone(),
             );
         });
         this

@@ -88,6 +88,8 @@ pub struct Context {
     /// Build Events already published (`namespace/name/hash/reason`): a reconcile that reads
     /// a Function before its new status reached the cache does not announce a build twice.
     pub build_events: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// The warm pool, when one is configured.
+    pub warm: Option<Arc<crate::warm::Warm>>,
 }
 
 impl Context {
@@ -289,6 +291,9 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         build,
         Some(crate::building::Outcome::Building(_) | crate::building::Outcome::Failed(_))
     );
+    if decision.transition == Some(scale::Transition::Woken) && !hold {
+        warm_start(f, ctx, &desired).await;
+    }
     if let Err(e) = apply_children(f, ctx, &desired, hold).await {
         // What the server refused (invalid child, quota, admission webhook, conflict) is shown
         // on the Function with the server's own message; the error then backs off.
@@ -338,6 +343,9 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
             ctx.metrics.wake_duration.observe(t.elapsed().as_secs_f64());
         }
     }
+    if ready_replicas > 0 || decision.at_zero {
+        warm_release(f, ctx).await?;
+    }
     let cond = if let Some(crate::building::Outcome::Failed(b)) = &build {
         Condition::not_ready(reasons::BUILD_FAILED, b.message.clone().unwrap_or_default())
     } else if let (Some(crate::building::Outcome::Building(b)), false) = (&build, ready) {
@@ -378,6 +386,7 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
         url: desired.url.clone(),
         image: desired.image.clone(),
         build: build.as_ref().map(|b| b.status().clone()),
+        warm_pod: ctx.warm.as_ref().and_then(|w| w.claimed(&ns, &name)),
     };
     write_status(f, ctx, cond, Some(extra), Some(&decision)).await?;
     if let Some(t) = &decision.transition {
@@ -561,7 +570,55 @@ where
 
 /// Deletes every child (owner references would too, but not every cluster runs the garbage
 /// collector promptly, and Kubeless deleted them explicitly).
+/// On a wake, runs the Function on a warm pool pod until its own pod is ready (when a pool is
+/// configured for its runtime and the Function qualifies). A failure only costs the head start.
+async fn warm_start(f: &Function, ctx: &Context, desired: &builders::Desired) {
+    let Some(warm) = &ctx.warm else {
+        return;
+    };
+    ctx.metrics.write("Pod", "patch");
+    match crate::warm::claim(warm, f, desired).await {
+        Ok(Some(c)) => {
+            ctx.metrics.warm_starts.inc();
+            ctx.metrics.warm_start_duration.observe(c.ready_ms / 1000.0);
+            publish(
+                ctx,
+                f,
+                EventType::Normal,
+                crate::warm::WARM_START,
+                &format!(
+                    "answering from warm pool pod {} (ready in {:.0} ms) until its own pod is ready",
+                    c.pod, c.ready_ms
+                ),
+            )
+            .await;
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, source = ?std::error::Error::source(&e), "warm start failed; waiting for the function's own pod");
+            publish(
+                ctx,
+                f,
+                EventType::Warning,
+                crate::warm::WARM_START_FAILED,
+                &format!("{e}; waiting for the function's own pod"),
+            )
+            .await;
+        }
+    }
+}
+
+/// Removes the Function's warm pool pod, if it has one (its own pod is ready, it is back at
+/// zero, or it is being deleted).
+async fn warm_release(f: &Function, ctx: &Context) -> Result<(), Error> {
+    match &ctx.warm {
+        Some(warm) => crate::warm::release(warm, f).await.map_err(Error::Warm),
+        None => Ok(()),
+    }
+}
+
 async fn cleanup(f: &Function, ctx: &Context) -> Result<Action, Error> {
+    warm_release(f, ctx).await?;
     let name = f.name_any();
     let ns = f.namespace().unwrap_or_default();
     for hpa in owned_hpas(f, ctx) {
@@ -671,6 +728,7 @@ struct StatusExtra {
     url: String,
     image: String,
     build: Option<kubeless_api::build::BuildStatus>,
+    warm_pod: Option<String>,
 }
 
 /// Writes status only when something other than timestamps changed; publishes a Warning
@@ -713,6 +771,7 @@ async fn write_status(
             new.url = Some(x.url);
             new.image = Some(x.image);
             new.build = x.build;
+            new.warm_pod = x.warm_pod;
         }
         None => {
             new.replicas = None;
@@ -765,6 +824,9 @@ fn status_patch(old: &FunctionStatus, new: &FunctionStatus) -> serde_json::Value
             status.insert("build".into(), serde_json::Value::Null);
         }
         (None, None) => {}
+    }
+    if old.warm_pod.is_some() && new.warm_pod.is_none() {
+        status.insert("warmPod".into(), serde_json::Value::Null);
     }
     patch
 }

@@ -160,6 +160,10 @@ pub struct FunctionStatus {
     /// The image build of the current code, while the build step is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build: Option<crate::build::BuildStatus>,
+    /// The warm pool pod (`namespace/name`) answering for the function after a wake, until its
+    /// own pod is ready. Callers treat the function as ready while it is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pod: Option<String>,
 }
 
 impl FunctionSpec {

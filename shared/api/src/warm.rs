@@ -135,6 +135,9 @@ mod tests {
         };
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["source"]["contentType"], "text");
-        assert_eq!(serde_json::from_value::<SpecializeRequest>(json).unwrap(), r);
+        assert_eq!(
+            serde_json::from_value::<SpecializeRequest>(json).unwrap(),
+            r
+        );
     }
 }

@@ -150,6 +150,8 @@ impl Activity {
             .as_ref()
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0);
+        // A warm pool pod answering for it counts as a ready replica.
+        let warm = f.status.as_ref().is_some_and(|s| s.warm_pod.is_some());
         let e = map
             .entry(f.namespace().unwrap_or_default())
             .or_default()
@@ -160,7 +162,7 @@ impl Activity {
         }
         e.state = state;
         e.ready.send_if_modified(|r| {
-            let now = state != ScaleState::AtZero && replicas > 0;
+            let now = state != ScaleState::AtZero && (replicas > 0 || warm);
             std::mem::replace(r, now) != now
         });
     }

@@ -300,26 +300,7 @@ impl Runtime {
     }
     /// PIDs of the runtime's direct children (its workers).
     pub fn worker_pids(&self) -> Vec<u32> {
-        let me = self.child.id();
-        let mut out = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // `pid (comm) state ppid ...`; comm may hold spaces, so split after the last ')'.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                continue;
-            };
-            let mut f = rest.split_whitespace();
-            let state = f.next().unwrap_or("");
-            if f.next().and_then(|p| p.parse::<u32>().ok()) == Some(me) && state != "Z" {
-                out.push(pid);
-            }
-        }
-        out
+        child_pids(self.child.id())
     }
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
@@ -444,6 +425,29 @@ pub fn exported_spans(
                     out.push((service.clone(), span));
                 }
             }
+        }
+    }
+    out
+}
+
+/// PIDs of `parent`'s live direct children.
+pub fn child_pids(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`; comm may hold spaces, so split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let state = f.next().unwrap_or("");
+        if f.next().and_then(|p| p.parse::<u32>().ok()) == Some(parent) && state != "Z" {
+            out.push(pid);
         }
     }
     out
