@@ -1,11 +1,13 @@
 //! Scale to zero end to end on devcluster: a Python and a Node.js function (real runtime pods,
 //! deployed by the function-controller process with `scaleToZero`) idle to zero, then an HTTP
 //! request (through the http-trigger-controller binary's gateway), a NATS message (through the
-//! nats-trigger binary) and a Kafka record (through the kafka-trigger binary, tansu) wake each
-//! of them, and each function's log shows every request and event exactly once.
+//! nats-trigger binary), a Kafka record (through the kafka-trigger binary, tansu) and a Kinesis
+//! record (through the kinesis-trigger binary, moto) wake each of them, and each function's log
+//! shows every request and event exactly once.
 //! The triggers hold the events while the functions wake, without spending retries (the
-//! triggers allow one attempt only, so a delivery tried before the pod answered would be lost
-//! to the dead letters, which are not configured).
+//! triggers allow one attempt only, so a delivery tried before the pod answered would fail for
+//! good: a DeliveryFailed Event, and for Kinesis a record in its dead-letter stream, which must
+//! stay empty).
 //!
 //! `kubeless function call` wakes a function at zero and its call arrives once.
 //! The cronjob-trigger-controller (scheduler mode, a fire every 15 s) wakes a function at zero
@@ -14,7 +16,8 @@
 //! endpoint).
 //!
 //! Uses the binaries `cargo build --workspace --bins` left in this test's target dir
-//! (scripts/test.sh builds them first), nats-server and tansu (.ci/run installs them).
+//! (scripts/test.sh builds them first), nats-server, tansu and moto_server (.ci/run installs
+//! them).
 #![cfg(test)]
 
 use std::collections::BTreeMap;
@@ -26,14 +29,21 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeless_api::{
-    CronJobTrigger, Function, HttpTrigger, KafkaTrigger, NatsTrigger, find_condition,
+    CronJobTrigger, Function, HttpTrigger, KafkaTrigger, KinesisTrigger, NatsTrigger,
+    find_condition,
 };
-use kubeless_testkit::{NS, NatsServer, Tansu, TestCluster, eventually, report, wait_ready};
+use kubeless_testkit::{
+    MOTO_REGION, Moto, NS, NatsServer, Tansu, TestCluster, create_aws_secret, create_stream,
+    eventually, put_record, read_stream, report, wait_ready,
+};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 
 const TOPIC: &str = "wake";
 const SUBJECT: &str = "wake";
+const STREAM: &str = "wake";
+/// Where a Kinesis record whose only attempt failed would go.
+const DEAD_LETTERS: &str = "wake-dlq";
 const FUNCTIONS: [&str; 2] = ["py", "node"];
 
 async fn wait_all_at_zero(fns: &Api<Function>) {
@@ -98,11 +108,12 @@ async fn delivered_once_to_each(client: &Client, data: &str, since: Instant) -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
+async fn functions_at_zero_wake_for_http_nats_kafka_and_kinesis_and_get_each_once() {
     require_bins(&[
         "function-controller",
         "nats-trigger",
         "kafka-trigger",
+        "kinesis-trigger",
         "http-trigger-controller",
         "kubeless",
         "kubeless-runtime",
@@ -110,6 +121,10 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
     let nats = NatsServer::start();
     let broker = Tansu::start();
     broker.create_topic(TOPIC, 1).await;
+    let moto = Moto::start();
+    let kinesis = moto.kinesis();
+    create_stream(&kinesis, STREAM, 1).await;
+    create_stream(&kinesis, DEAD_LETTERS, 1).await;
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
     let _controller = start_service(&c, "function-controller", &[]);
     let _nats_trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
@@ -121,6 +136,19 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
             ("KAFKA_SESSION_TIMEOUT_MS", "6000".into()),
         ],
     );
+    // Polls an idle shard every 200 ms (default 1 s), so the wake time below is mostly the
+    // function's. Its metrics tell how each delivery ended.
+    let kinesis_admin = format!("127.0.0.1:{}", kubeless_testkit::free_port());
+    let _kinesis_trigger = start_service(
+        &c,
+        "kinesis-trigger",
+        &[
+            ("KUBELESS_KINESIS_POLL_INTERVAL_MS", "200".into()),
+            ("KUBELESS_KINESIS_IDLE_POLL_INTERVAL_MS", "200".into()),
+            ("KUBELESS_ADMIN_ADDR", kinesis_admin.clone()),
+        ],
+    );
+    create_aws_secret(&c.client, "aws").await;
 
     let gateway_addr = format!("127.0.0.1:{}", kubeless_testkit::free_port());
     let _gateway = start_service(
@@ -168,6 +196,24 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
         .create(&PostParams::default(), &kt)
         .await
         .unwrap();
+    // A KinesisTrigger names one function: one per function on the same stream, each with its
+    // own checkpoints, so one record reaches both.
+    let kinesis_triggers: Api<KinesisTrigger> = Api::namespaced(c.client.clone(), NS);
+    for name in FUNCTIONS {
+        let t: KinesisTrigger = serde_json::from_value(json!({
+            "apiVersion": "kubeless.io/v1beta1", "kind": "KinesisTrigger",
+            "metadata": {"name": format!("wake-{name}"), "namespace": NS},
+            "spec": {"function-name": name, "stream": STREAM, "secret": "aws",
+                     "endpoint": moto.endpoint, "aws-region": MOTO_REGION,
+                     "startingPosition": "TRIM_HORIZON",
+                     "retry": {"maxAttempts": 1}, "deadLetterStream": DEAD_LETTERS}
+        }))
+        .unwrap();
+        kinesis_triggers
+            .create(&PostParams::default(), &t)
+            .await
+            .unwrap();
+    }
     let http_triggers: Api<HttpTrigger> = Api::namespaced(c.client.clone(), NS);
     for name in FUNCTIONS {
         let ht: HttpTrigger = serde_json::from_value(json!({
@@ -184,6 +230,9 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
     }
     wait_ready::<NatsTrigger>(&c.client, "wake").await;
     wait_ready::<KafkaTrigger>(&c.client, "wake").await;
+    for name in FUNCTIONS {
+        wait_ready::<KinesisTrigger>(&c.client, &format!("wake-{name}")).await;
+    }
 
     // HTTP: both functions at zero, one request each through the gateway wakes it, is answered
     // and reaches it once. The gateway's routes load in the background: a request before them
@@ -260,6 +309,59 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
     let took = delivered_once_to_each(&c.client, "kafka-1", sent).await;
     report!("scale to zero: a Kafka record woke py and node, delivered after {took:?}");
 
+    // Kinesis: at zero again, one record wakes each (through its own trigger) and reaches each
+    // once.
+    wait_all_at_zero(&fns).await;
+    let sent = Instant::now();
+    put_record(&kinesis, STREAM, "k", "kinesis-1").await;
+    let took = delivered_once_to_each(&c.client, "kinesis-1", sent).await;
+    // One delivery per trigger, a success on its only attempt: no retry, no dead letter.
+    // Counted once the function answered, which can be a moment after it printed.
+    let metrics = eventually(
+        "kinesis-trigger counted both deliveries",
+        Duration::from_secs(10),
+        || async {
+            let text = reqwest::get(format!("http://{kinesis_admin}/metrics"))
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            let successes: f64 = text
+                .lines()
+                .filter(|l| l.starts_with("kubeless_kinesis_trigger_deliveries_total{"))
+                .filter(|l| l.contains(r#"outcome="success""#))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum();
+            (successes >= FUNCTIONS.len() as f64).then_some(text)
+        },
+    )
+    .await;
+    // Every (trigger, function, outcome) series is listed, most of them at 0.
+    let mut counted: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubeless_kinesis_trigger_deliveries_total{"))
+        .filter(|l| !l.ends_with(" 0"))
+        .collect();
+    counted.sort_unstable();
+    let mut expected: Vec<String> = FUNCTIONS
+        .map(|name| {
+            format!(
+                r#"kubeless_kinesis_trigger_deliveries_total{{trigger="{NS}/wake-{name}",function="{name}",outcome="success"}} 1"#
+            )
+        })
+        .into();
+    expected.sort_unstable();
+    assert_eq!(counted, expected, "kinesis-trigger deliveries");
+    let wakes = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubeless_kinesis_trigger_function_wakes_total "))
+        .unwrap_or("none");
+    report!(
+        "scale to zero: a Kinesis record woke py and node, delivered after {took:?} \
+         (kinesis-trigger wake-ups written: {wakes})"
+    );
+
     // `kubeless function call` wakes a function at zero too, and its call arrives once.
     wait_all_at_zero(&fns).await;
     let sent = Instant::now();
@@ -293,14 +395,28 @@ async fn functions_at_zero_wake_for_http_nats_and_kafka_and_get_each_once() {
     let log = function_log(&c.client, "py").await;
     assert_eq!(log.get("cli-1"), Some(&1), "{log:?}");
 
-    // Nothing failed on the way: no DeliveryFailed Event on either trigger.
-    for kind in ["NATSTrigger", "KafkaTrigger"] {
+    // Nothing failed on the way: no DeliveryFailed Event on any trigger, no dead letter.
+    for (kind, name) in [
+        ("NATSTrigger", "wake"),
+        ("KafkaTrigger", "wake"),
+        ("KinesisTrigger", "wake-py"),
+        ("KinesisTrigger", "wake-node"),
+    ] {
         let failed =
-            kubeless_service::events::events_about(&c.client, NS, kind, "wake", "DeliveryFailed")
+            kubeless_service::events::events_about(&c.client, NS, kind, name, "DeliveryFailed")
                 .await
                 .unwrap();
-        assert!(failed.is_empty(), "{kind}: {failed:?}");
+        assert!(failed.is_empty(), "{kind} {name}: {failed:?}");
     }
+    let dead_letters = read_stream(&kinesis, DEAD_LETTERS).await;
+    assert!(
+        dead_letters.is_empty(),
+        "Kinesis dead letters: {:?}",
+        dead_letters
+            .iter()
+            .map(|d| String::from_utf8_lossy(d))
+            .collect::<Vec<_>>()
+    );
     c.shutdown().await;
 }
 
