@@ -8,7 +8,9 @@
 //! Run: `cargo build --release --workspace --bins && cargo bench -p integration-tests --bench
 //! cold_start` (the binaries are taken from the bench's own profile directory; with
 //! `--profile dev` it measures the debug binaries `cargo build --workspace --bins` left).
-//! There is no warm pool yet: the "with the pool" rows come with it.
+//! Then the function-controller is restarted with a warm pool (`--warm-pool
+//! python3.11,nodejs20`) and each function is woken `COLD_START_WAKES` times again: the
+//! "warm pool" rows.
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +67,36 @@ async fn call(nats: &async_nats::Client, subject: &str) -> Duration {
     took
 }
 
+/// Waits until `runtime`'s pool has an idle, ready pod (the pool refills after each wake).
+async fn wait_pool_ready(client: &kube::Client, runtime: &str) {
+    use kubeless_api::warm::{POOL_LABEL, STATE_IDLE, STATE_LABEL, runtime_label};
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!(
+        "{POOL_LABEL}={},{STATE_LABEL}={STATE_IDLE}",
+        runtime_label(runtime)
+    );
+    kubeless_testkit::eventually(
+        &format!("an idle {runtime} pool pod"),
+        Duration::from_secs(120),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&selector))
+                .await
+                .ok()?;
+            list.items
+                .iter()
+                .any(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                })
+                .then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -76,14 +108,16 @@ async fn main() {
     println!("binaries from {}", target_debug_dir().display());
     let nats = NatsServer::start();
     let c = TestCluster::start(Some(devcluster::repo_images_dir())).await;
-    let _controller = start_service(&c, "function-controller", &[]);
+    let controller = start_service(&c, "function-controller", &[]);
     let _trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
     let client = async_nats::connect(&nats.url)
         .await
         .unwrap_or_else(|e| panic!("connecting to NATS: {e}"));
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     let triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
-    for (name, runtime, code) in [("py", "python3.11", PYTHON), ("node", "nodejs20", NODE)] {
+    let functions = [("py", "python3.11", PYTHON), ("node", "nodejs20", NODE)];
+    let mut rows = Vec::new();
+    for (name, runtime, code) in functions {
         let mut f = function(name, runtime, code, "2s");
         f.metadata
             .labels
@@ -134,8 +168,41 @@ async fn main() {
             wait_at_zero(&fns, name, Duration::from_secs(120)).await;
             cold.push(call(&client, &subject).await);
         }
-        println!("{runtime:<11} warm call            {}", summary(warm));
-        println!("{runtime:<11} cold start, no pool  {}", summary(cold));
+        rows.push(format!(
+            "{runtime:<11} warm call              {}",
+            summary(warm)
+        ));
+        rows.push(format!(
+            "{runtime:<11} cold start, no pool    {}",
+            summary(cold)
+        ));
+    }
+    // The same wakes with a warm pool of one pod per runtime.
+    drop(controller);
+    let _controller = start_service(
+        &c,
+        "function-controller",
+        &[
+            ("KUBELESS_WARM_POOL", "python3.11,nodejs20".into()),
+            ("KUBELESS_NAMESPACE", NS.into()),
+        ],
+    );
+    for (name, runtime, _) in functions {
+        let subject = format!("cold.{name}");
+        let mut cold = Vec::with_capacity(wakes);
+        for _ in 0..wakes {
+            wait_at_zero(&fns, name, Duration::from_secs(120)).await;
+            wait_pool_ready(&c.client, runtime).await;
+            cold.push(call(&client, &subject).await);
+        }
+        rows.push(format!(
+            "{runtime:<11} cold start, warm pool  {}",
+            summary(cold)
+        ));
+    }
+    rows.sort();
+    for r in rows {
+        println!("{r}");
     }
     c.shutdown().await;
 }

@@ -65,7 +65,8 @@ fn values(nats: &str, kafka: &str, dashboard_port: u16, mode: Mode, registry: &s
     }
     json!({
         "global": global,
-        "function-controller": {"enabled": true},
+        // A warm pool pod runs under the chart's RBAC and PodSecurity too.
+        "function-controller": {"enabled": true, "warmPool": {"runtimes": {"python3.11": 1}}},
         "http-trigger-controller": {"enabled": true, "gateway": {"enabled": true}},
         "cronjob-trigger-controller": {"enabled": true, "schedulerMode": true},
         "nats-trigger": {"enabled": true, "nats": {"url": nats}},

@@ -130,7 +130,7 @@ async fn start_function(
     standby: Option<Arc<std::sync::Mutex<Option<Standby>>>>,
 ) -> Result<Served, ServeError> {
     let timeout = parse_timeout(&args.timeout)?;
-    let (program, wargs) = worker_command(&args)?;
+    let (program, wargs) = worker_command(args)?;
     let noop = args.worker == WorkerKind::Noop;
     let handler = match (&args.handler, noop) {
         (Some(h), _) => h.clone(),

@@ -700,7 +700,7 @@ pub async fn claim(
     desired: &Desired,
 ) -> Result<Option<ClaimOutcome>, WarmError> {
     let runtime = f.spec.runtime.as_deref().unwrap_or("").trim();
-    if !warm.settings.runtimes.get(runtime).is_some_and(|n| *n > 0) {
+    if warm.settings.runtimes.get(runtime).is_none_or(|n| *n == 0) {
         return Ok(None);
     }
     let key = (f.namespace().unwrap_or_default(), f.name_any());
