@@ -23,6 +23,7 @@ use http::header::{
     AUTHORIZATION, CONNECTION, CONTENT_TYPE, HOST, HeaderName, HeaderValue, RETRY_AFTER, TE,
     TRAILER, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
 };
+use http::uri::PathAndQuery;
 use http::{HeaderMap, Request, Response, StatusCode, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -41,7 +42,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::Error;
 use crate::metrics::GatewayMetrics;
-use routes::{RouteTable, normalise_host};
+use routes::{RouteTable, normalised_host};
 use secrets::SecretStore;
 use wake::{CONNECT_RETRY_STEP, RETRY_AFTER_SECONDS, Ticket, Wake};
 
@@ -275,16 +276,15 @@ impl Gateway {
         remote: SocketAddr,
     ) -> (&'static str, Response<Body>) {
         let raw_host = request_host(&req);
-        let host = normalise_host(&raw_host);
+        let host = normalised_host(raw_host.str());
         let table = self.routes();
+        // `route` and `path` borrow the table and the request: nothing is copied to route.
         let Some((route, path)) = table.lookup(&host, req.uri().path()) else {
             return (
                 "no_route",
                 plain(StatusCode::NOT_FOUND, "no HTTP trigger matches\n"),
             );
         };
-        let route = Arc::clone(route);
-        let path = path.to_string();
 
         if route.cors && cors::is_preflight(req.method(), req.headers()) {
             let mut resp = plain(StatusCode::NO_CONTENT, "");
@@ -341,9 +341,10 @@ impl Gateway {
         // Functions without scale to zero pass this one boolean and nothing else; running ones
         // with it, a few lookups. Holding is boxed so its state does not weigh on every request.
         if route.scale_to_zero && self.must_hold(target) {
+            let path = path.to_string();
             let front = Front {
                 remote,
-                raw_host: &raw_host,
+                raw_host: raw_host.str(),
                 path: &path,
                 origin: origin.as_ref(),
             };
@@ -365,17 +366,14 @@ impl Gateway {
             }
         };
 
-        let (mut parts, body) = req.into_parts();
-        let uri = match backend_uri(endpoint.uri(), &path, parts.uri.query()) {
-            Some(u) => u,
-            None => {
-                return (
-                    "bad_uri",
-                    plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
-                );
-            }
+        let Some(uri) = backend_uri(endpoint.uri(), path, req.uri()) else {
+            return (
+                "bad_uri",
+                plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
+            );
         };
-        prepare_headers(&mut parts.headers, &raw_host, remote);
+        let (mut parts, body) = req.into_parts();
+        prepare_headers(&mut parts.headers, raw_host.value(), remote);
         parts.uri = uri;
         // h2c clients are proxied over pooled HTTP/1.1 connections.
         parts.version = Version::HTTP_11;
@@ -423,14 +421,11 @@ impl Gateway {
     /// a function at zero it is the wake-up), and tells whether the request must wait for a
     /// ready replica.
     fn must_hold(&self, target: &FunctionTarget) -> bool {
-        let (ns, name) = (target.namespace.as_str(), target.name.as_str());
-        let activity = &self.wake.activity;
-        // The route can be a rebuild behind the Function (scale to zero just turned off).
-        if activity.state(ns, name) == ScaleState::Off {
-            return false;
-        }
-        activity.record(ns, name);
-        !activity.is_ready(ns, name)
+        // One lookup: `Off` (the route can be a rebuild behind the Function, scale to zero just
+        // turned off) records nothing and holds nothing.
+        self.wake
+            .activity
+            .note(target.namespace.as_str(), target.name.as_str())
     }
 
     /// Holds a request until its function is ready, then sends it once; or refuses it.
@@ -514,13 +509,14 @@ impl Gateway {
             }
         };
         let (mut parts, body) = req.into_parts();
-        let Some(uri) = origin_form(path, parts.uri.query()) else {
+        let Some(uri) = origin_form(path, &parts.uri) else {
             return (
                 "bad_uri",
                 plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
             );
         };
-        prepare_headers(&mut parts.headers, raw_host, remote);
+        let host_value = HostValue::parse(raw_host);
+        prepare_headers(&mut parts.headers, host_value.value(), remote);
         if !parts.headers.contains_key(HOST)
             && let Some(a) = endpoint.uri().authority()
             && let Ok(v) = HeaderValue::from_str(a.as_str())
@@ -686,39 +682,63 @@ impl hyper::body::Body for CheckedBody {
 }
 
 /// The request's host as sent: the URI authority (HTTP/2, absolute-form) or the Host header.
-fn request_host<B>(req: &Request<B>) -> String {
-    if let Some(a) = req.uri().authority() {
-        return a.as_str().to_string();
+fn request_host<B>(req: &Request<B>) -> HostValue {
+    match req.uri().authority() {
+        Some(a) => HostValue::parse(a.as_str()),
+        // A clone shares the header's bytes: no copy on the common path.
+        None => HostValue::from_header(req.headers().get(HOST)),
     }
-    req.headers()
-        .get(HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .to_string()
 }
 
-/// `<path>[?query]`: the request target on a connection of the gateway's own.
-fn origin_form(path: &str, query: Option<&str>) -> Option<Uri> {
-    let pq = match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_string(),
-    };
-    Uri::builder().path_and_query(pq).build().ok()
+/// The host as sent, as text (empty when absent or not visible ASCII) and as the header value
+/// to forward (`None` when empty).
+struct HostValue(Option<HeaderValue>);
+
+impl HostValue {
+    fn parse(raw: &str) -> Self {
+        Self(
+            (!raw.is_empty())
+                .then(|| HeaderValue::from_str(raw).ok())
+                .flatten(),
+        )
+    }
+
+    fn from_header(h: Option<&HeaderValue>) -> Self {
+        Self(h.filter(|v| !v.is_empty() && v.to_str().is_ok()).cloned())
+    }
+
+    fn str(&self) -> &str {
+        self.0.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("")
+    }
+
+    fn value(&self) -> Option<&HeaderValue> {
+        self.0.as_ref()
+    }
 }
 
-/// `http://<endpoint authority><path>[?query]`.
-fn backend_uri(endpoint: &Uri, path: &str, query: Option<&str>) -> Option<Uri> {
-    let authority = endpoint.authority()?.clone();
-    let pq = match query {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_string(),
+/// `<path>[?query of original]`: the request target for the function (origin-form).
+/// `original`'s path and query are reused without a copy when the route strips nothing.
+fn origin_form(path: &str, original: &Uri) -> Option<Uri> {
+    let pq = match original.path_and_query() {
+        Some(pq) if pq.path() == path => pq.clone(),
+        _ => {
+            let pq = match original.query() {
+                Some(q) => format!("{path}?{q}"),
+                None => path.to_string(),
+            };
+            PathAndQuery::try_from(pq).ok()?
+        }
     };
-    Uri::builder()
-        .scheme("http")
-        .authority(authority)
-        .path_and_query(pq)
-        .build()
-        .ok()
+    Some(Uri::from(pq))
+}
+
+/// `http://<endpoint authority>` + [`origin_form`]: the pooled client takes absolute URIs.
+fn backend_uri(endpoint: &Uri, path: &str, original: &Uri) -> Option<Uri> {
+    let mut parts = http::uri::Parts::default();
+    parts.scheme = Some(http::uri::Scheme::HTTP);
+    parts.authority = Some(endpoint.authority()?.clone());
+    parts.path_and_query = origin_form(path, original)?.into_parts().path_and_query;
+    Uri::from_parts(parts).ok()
 }
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
@@ -747,14 +767,13 @@ fn strip_hop_by_hop(h: &mut HeaderMap) {
 }
 
 /// Request headers for the function: hop-by-hop removed, Host kept, X-Forwarded-*, and the
-/// Kubeless event headers when the client did not send them.
-fn prepare_headers(h: &mut HeaderMap, raw_host: &str, remote: SocketAddr) {
+/// Kubeless event headers when the client did not send them. `host` is the host as sent.
+/// (Values built here take their `String`'s buffer: `HeaderValue::try_from(String)` copies
+/// nothing.)
+fn prepare_headers(h: &mut HeaderMap, host: Option<&HeaderValue>, remote: SocketAddr) {
     strip_hop_by_hop(h);
-    let host_value = (!raw_host.is_empty())
-        .then(|| HeaderValue::from_str(raw_host).ok())
-        .flatten();
     if !h.contains_key(HOST)
-        && let Some(v) = &host_value
+        && let Some(v) = host
     {
         h.insert(HOST, v.clone());
     }
@@ -763,21 +782,21 @@ fn prepare_headers(h: &mut HeaderMap, raw_host: &str, remote: SocketAddr) {
         Some(prev) => format!("{prev}, {ip}"),
         None => ip,
     };
-    if let Ok(v) = HeaderValue::from_str(&xff) {
+    if let Ok(v) = HeaderValue::try_from(xff) {
         h.insert(X_FORWARDED_FOR.clone(), v);
     }
-    if let Some(v) = host_value {
-        h.insert(X_FORWARDED_HOST.clone(), v);
+    if let Some(v) = host {
+        h.insert(X_FORWARDED_HOST.clone(), v.clone());
     }
     h.insert(X_FORWARDED_PROTO.clone(), HeaderValue::from_static("http"));
 
     if !h.contains_key(EVENT_ID)
-        && let Ok(v) = HeaderValue::from_str(&new_event_id())
+        && let Ok(v) = HeaderValue::try_from(new_event_id())
     {
         h.insert(EVENT_ID, v);
     }
     if !h.contains_key(EVENT_TIME)
-        && let Ok(v) = HeaderValue::from_str(&event_time_now())
+        && let Ok(v) = HeaderValue::try_from(event_time_now())
     {
         h.insert(EVENT_TIME, v);
     }
@@ -832,16 +851,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn origin_form_keeps_query() {
+        let original: Uri = "/fn/a/b?x=1&y=2".parse().unwrap();
+        assert_eq!(
+            origin_form("/a/b", &original).unwrap().to_string(),
+            "/a/b?x=1&y=2"
+        );
+        // Nothing stripped: the original path and query as they are.
+        let original: Uri = "/a/b?x=1&y=2".parse().unwrap();
+        assert_eq!(
+            origin_form("/a/b", &original).unwrap().to_string(),
+            "/a/b?x=1&y=2"
+        );
+        let original: Uri = "/fn".parse().unwrap();
+        assert_eq!(origin_form("/", &original).unwrap().to_string(), "/");
+        // HTTP/2 and absolute-form requests: only the path and query go to the function.
+        let original: Uri = "http://fn.example.com/x?q".parse().unwrap();
+        assert_eq!(origin_form("/x", &original).unwrap().to_string(), "/x?q");
+    }
+
+    #[test]
     fn backend_uri_keeps_query() {
         let ep: Uri = "http://127.0.0.5:8080/".parse().unwrap();
+        let original: Uri = "/fn/a/b?x=1&y=2".parse().unwrap();
         assert_eq!(
-            backend_uri(&ep, "/a/b", Some("x=1&y=2"))
-                .unwrap()
-                .to_string(),
+            backend_uri(&ep, "/a/b", &original).unwrap().to_string(),
             "http://127.0.0.5:8080/a/b?x=1&y=2"
         );
+        let original: Uri = "/fn".parse().unwrap();
         assert_eq!(
-            backend_uri(&ep, "/", None).unwrap().to_string(),
+            backend_uri(&ep, "/", &original).unwrap().to_string(),
             "http://127.0.0.5:8080/"
         );
     }
@@ -860,7 +899,7 @@ mod tests {
         h.insert(&X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.1"));
         prepare_headers(
             &mut h,
-            "fn.example.com:8080",
+            HostValue::parse("fn.example.com:8080").value(),
             "127.0.0.9:5555".parse().unwrap(),
         );
         assert!(!h.contains_key(CONNECTION));
@@ -876,7 +915,11 @@ mod tests {
         assert!(h[EVENT_TIME].to_str().unwrap().ends_with(" +0000 UTC"));
         // no content type: Kubeless's default event type
         let mut h = HeaderMap::new();
-        prepare_headers(&mut h, "", "127.0.0.1:1".parse().unwrap());
+        prepare_headers(
+            &mut h,
+            HostValue::parse("").value(),
+            "127.0.0.1:1".parse().unwrap(),
+        );
         assert_eq!(h[EVENT_TYPE], FORM_URLENCODED);
         assert_eq!(h[EVENT_ID].len(), kubeless_invoke::event::EVENT_ID_LEN);
         assert!(!h.contains_key(HOST));
