@@ -63,6 +63,8 @@ struct State {
 struct Served {
     pool: Pool,
     timeout: Duration,
+    /// The CPU limit the pool was sized from.
+    cpu_limit: Option<f64>,
     // Kept alive so the socket folder lives as long as the workers.
     _socket_dir: Option<tempfile::TempDir>,
 }
@@ -220,10 +222,10 @@ async fn start_function(
         standby,
     };
     let pool = Pool::start(spec, size, timeout).await?;
-    tracing::debug!(?cpu_limit, "workers started");
     Ok(Served {
         pool,
         timeout,
+        cpu_limit,
         _socket_dir: tmp,
     })
 }
@@ -324,7 +326,7 @@ impl Server {
         match served.get() {
             Some(s) => {
                 let size = s.pool.size();
-                tracing::info!(%addr, min_workers = size.min, max_workers = size.max, timeout_s = s.timeout.as_secs_f64(), "function runtime ready");
+                tracing::info!(%addr, min_workers = size.min, max_workers = size.max, cpu_limit = ?s.cpu_limit, timeout_s = s.timeout.as_secs_f64(), "function runtime ready");
             }
             None => {
                 tracing::info!(%addr, runtime = %args.runtime, "warm pool runtime ready; waiting for a function")
