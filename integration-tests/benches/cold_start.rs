@@ -14,7 +14,9 @@
 
 use std::time::{Duration, Instant};
 
-use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero};
+use integration_tests::scale::{
+    NODE, PYTHON, function, idle_pool_pods, nats_call, start_service, wait_at_zero,
+};
 use integration_tests::{require_bins, target_debug_dir};
 use kube::Api;
 use kube::api::PostParams;
@@ -47,52 +49,12 @@ fn summary(mut d: Vec<Duration>) -> String {
     )
 }
 
-async fn call(nats: &async_nats::Client, subject: &str) -> Duration {
-    let t = Instant::now();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(60),
-        nats.request(subject.to_string(), "bench".into()),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("no reply on {subject} within 60 s"))
-    .unwrap_or_else(|e| panic!("request on {subject}: {e}"));
-    let took = t.elapsed();
-    assert_eq!(
-        reply.payload.as_ref(),
-        b"ok",
-        "{subject}: the function answered {:?} (headers {:?})",
-        String::from_utf8_lossy(&reply.payload),
-        reply.headers
-    );
-    took
-}
-
 /// Waits until `runtime`'s pool has an idle, ready pod (the pool refills after each wake).
 async fn wait_pool_ready(client: &kube::Client, runtime: &str) {
-    use kubeless_api::warm::{POOL_LABEL, STATE_IDLE, STATE_LABEL, runtime_label};
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
-    let selector = format!(
-        "{POOL_LABEL}={},{STATE_LABEL}={STATE_IDLE}",
-        runtime_label(runtime)
-    );
     kubeless_testkit::eventually(
         &format!("an idle {runtime} pool pod"),
         Duration::from_secs(120),
-        || async {
-            let list = pods
-                .list(&kube::api::ListParams::default().labels(&selector))
-                .await
-                .ok()?;
-            list.items
-                .iter()
-                .any(|p| {
-                    p.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                })
-                .then_some(())
-        },
+        || async { (!idle_pool_pods(client, runtime).await.is_empty()).then_some(()) },
     )
     .await;
 }
@@ -161,12 +123,12 @@ async fn main() {
 
         let mut warm = Vec::with_capacity(warm_calls);
         for _ in 0..warm_calls {
-            warm.push(call(&client, &subject).await);
+            warm.push(nats_call(&client, &subject, "bench").await);
         }
         let mut cold = Vec::with_capacity(wakes);
         for _ in 0..wakes {
             wait_at_zero(&fns, name, Duration::from_secs(120)).await;
-            cold.push(call(&client, &subject).await);
+            cold.push(nats_call(&client, &subject, "bench").await);
         }
         rows.push(format!(
             "{runtime:<11} warm call              {}",
@@ -193,7 +155,7 @@ async fn main() {
         for _ in 0..wakes {
             wait_at_zero(&fns, name, Duration::from_secs(120)).await;
             wait_pool_ready(&c.client, runtime).await;
-            cold.push(call(&client, &subject).await);
+            cold.push(nats_call(&client, &subject, "bench").await);
         }
         rows.push(format!(
             "{runtime:<11} cold start, warm pool  {}",

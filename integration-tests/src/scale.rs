@@ -1,7 +1,7 @@
 //! What the scale-to-zero test and bench share: the function manifests, the service processes'
 //! environment, and reading a Function's scale state.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kube::Api;
 use kubeless_api::{Function, find_condition};
@@ -80,4 +80,55 @@ pub async fn wait_running(fns: &Api<Function>, name: &str, timeout: Duration) {
         (scale_state(fns, name).await? == (false, 1)).then_some(())
     })
     .await;
+}
+
+/// A NATS request on `subject` (through a nats-trigger to [`PYTHON`] or [`NODE`]), which must be
+/// answered `ok` within 60 s; how long the answer took.
+pub async fn nats_call(
+    nats: &async_nats::Client,
+    subject: &str,
+    payload: &'static str,
+) -> Duration {
+    let t = Instant::now();
+    let reply = tokio::time::timeout(
+        Duration::from_secs(60),
+        nats.request(subject.to_string(), payload.into()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no reply on {subject} within 60 s"))
+    .unwrap_or_else(|e| panic!("request on {subject}: {e}"));
+    let took = t.elapsed();
+    assert_eq!(
+        reply.payload.as_ref(),
+        b"ok",
+        "{subject}: the function answered {:?} (headers {:?})",
+        String::from_utf8_lossy(&reply.payload),
+        reply.headers
+    );
+    took
+}
+
+/// Names of the idle, ready warm pool pods of `runtime` (`python3.11`) in [`NS`].
+pub async fn idle_pool_pods(client: &kube::Client, runtime: &str) -> Vec<String> {
+    use kubeless_api::warm::{POOL_LABEL, STATE_IDLE, STATE_LABEL, runtime_label};
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), NS);
+    let selector = format!(
+        "{POOL_LABEL}={},{STATE_LABEL}={STATE_IDLE}",
+        runtime_label(runtime)
+    );
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default();
+    list.into_iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect()
 }

@@ -9,60 +9,18 @@
 //! nats-server (.ci/run installs it).
 #![cfg(test)]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use integration_tests::require_bins;
-use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero, wait_running};
+use integration_tests::scale::{
+    NODE, PYTHON, function, idle_pool_pods, nats_call, start_service, wait_at_zero, wait_running,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams, LogParams, PostParams};
-use kube::{Client, ResourceExt};
-use kubeless_api::warm::{POOL_LABEL, STATE_IDLE, STATE_LABEL};
 use kubeless_api::{Function, NatsTrigger};
 use kubeless_testkit::{NS, NatsServer, TestCluster, eventually};
 use serde_json::json;
-
-/// Names of the idle, ready pool pods of `label`.
-async fn idle_pool_pods(client: &Client, label: &str) -> Vec<String> {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
-    let list = pods
-        .list(
-            &ListParams::default()
-                .labels(&format!("{POOL_LABEL}={label},{STATE_LABEL}={STATE_IDLE}")),
-        )
-        .await
-        .map(|l| l.items)
-        .unwrap_or_default();
-    list.into_iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .map(|p| p.name_any())
-        .collect()
-}
-
-async fn request(nats: &async_nats::Client, subject: &str) -> Duration {
-    let t = Instant::now();
-    let reply = tokio::time::timeout(
-        Duration::from_secs(60),
-        nats.request(subject.to_string(), "warm".into()),
-    )
-    .await
-    .unwrap_or_else(|_| panic!("no reply on {subject} within 60 s"))
-    .unwrap_or_else(|e| panic!("request on {subject}: {e}"));
-    assert_eq!(
-        reply.payload.as_ref(),
-        b"ok",
-        "{subject}: {:?} {:?}",
-        String::from_utf8_lossy(&reply.payload),
-        reply.headers
-    );
-    t.elapsed()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
@@ -84,14 +42,11 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     let triggers: Api<NatsTrigger> = Api::namespaced(c.client.clone(), NS);
     let slices: Api<EndpointSlice> = Api::namespaced(c.client.clone(), NS);
-    for (name, runtime, label, code) in [
-        ("py", "python3.11", "python3-11", PYTHON),
-        ("node", "nodejs20", "nodejs20", NODE),
-    ] {
+    for (name, runtime, code) in [("py", "python3.11", PYTHON), ("node", "nodejs20", NODE)] {
         eventually(
             &format!("an idle {runtime} pool pod"),
             Duration::from_secs(90),
-            || async { (!idle_pool_pods(&c.client, label).await.is_empty()).then_some(()) },
+            || async { (!idle_pool_pods(&c.client, runtime).await.is_empty()).then_some(()) },
         )
         .await;
         let mut f = function(name, runtime, code, "3s");
@@ -126,8 +81,8 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
             },
         )
         .await;
-        let pool_before = idle_pool_pods(&c.client, label).await;
-        let took = request(&client, &subject).await;
+        let pool_before = idle_pool_pods(&c.client, runtime).await;
+        let took = nats_call(&client, &subject, "warm").await;
         println!(
             "{runtime}: zero to first answer {:.0} ms with the warm pool",
             took.as_secs_f64() * 1000.0
@@ -196,11 +151,11 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
         eventually(
             &format!("{runtime}: pool refilled"),
             Duration::from_secs(90),
-            || async { (!idle_pool_pods(&c.client, label).await.is_empty()).then_some(()) },
+            || async { (!idle_pool_pods(&c.client, runtime).await.is_empty()).then_some(()) },
         )
         .await;
         // The function answers from its own pod now.
-        request(&client, &subject).await;
+        nats_call(&client, &subject, "warm").await;
     }
     c.shutdown().await;
 }
