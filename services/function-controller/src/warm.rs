@@ -427,6 +427,8 @@ pub struct Warm {
     claims: Mutex<HashMap<(String, String), Claimed>>,
     /// Per runtime label: when pods were last created, and the idle count that made.
     created: Mutex<HashMap<String, (Instant, u32)>>,
+    /// Released pods waiting out [`RELEASE_GRACE`]: not adopted again.
+    released: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Warm {
@@ -451,6 +453,7 @@ impl Warm {
             token: tokio::sync::OnceCell::new(),
             claims: Mutex::new(HashMap::new()),
             created: Mutex::new(HashMap::new()),
+            released: Mutex::new(Default::default()),
         });
         Some((warm, PoolWatch(Box::pin(stream))))
     }
@@ -649,7 +652,13 @@ async fn fill(warm: &Warm, cfg: &ControllerConfig) -> Result<(), WarmError> {
             Some(STATE_IDLE) if !wanted.contains_key(&label) => doomed.push(p.name_any()),
             // Claimed before a restart: remembered again, so the Function's next reconcile
             // releases it.
-            Some(STATE_CLAIMED) => {
+            Some(STATE_CLAIMED)
+                if !warm
+                    .released
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .contains(&p.name_any()) =>
+            {
                 let owner = p
                     .annotations()
                     .get(FUNCTION_ANNOTATION)
@@ -717,7 +726,7 @@ pub async fn claim(
         let request = match specialize_request(desired, spec) {
             Ok(r) => r,
             Err(Ineligible(why)) => {
-                tracing::debug!(function = %key.1, why, "not eligible for the warm pool");
+                tracing::info!(function = %key.1, namespace = %key.0, why, "not eligible for the warm pool; waiting for its own pod");
                 return Ok(None);
             }
         };
@@ -813,12 +822,13 @@ pub async fn claim(
             ready_ms: started.elapsed().as_secs_f64() * 1000.0,
         }));
     }
+    tracing::info!(function = %key.1, namespace = %key.0, runtime, "no idle warm pool pod; waiting for its own pod");
     Ok(None)
 }
 
 /// Takes `f`'s warm pod out of its Service and deletes it (after a grace for calls in flight).
 /// Cheap when `f` has none.
-pub async fn release(warm: &Warm, f: &Function) -> Result<(), WarmError> {
+pub async fn release(warm: &Arc<Warm>, f: &Function) -> Result<(), WarmError> {
     let key = (f.namespace().unwrap_or_default(), f.name_any());
     let Some(claimed) = warm.claims().get(&key).cloned() else {
         return Ok(());
@@ -843,11 +853,23 @@ pub async fn release(warm: &Warm, f: &Function) -> Result<(), WarmError> {
     warm.claims().remove(&key);
     tracing::info!(function = %key.1, namespace = %key.0, pod = %claimed.name, "released the warm pool pod");
     let api: Api<Pod> = Api::namespaced(warm.client.clone(), &claimed.namespace);
+    warm.released
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(claimed.name.clone());
+    let released = Arc::clone(warm);
     tokio::spawn(async move {
         tokio::time::sleep(RELEASE_GRACE).await;
         if let Err(e) = delete_pod(&api, &claimed.name).await {
             tracing::warn!(error = %e, pod = %claimed.name, "deleting a released warm pool pod");
         }
+        // Gone from the cache by the time the set forgets it.
+        tokio::time::sleep(RELEASE_GRACE).await;
+        released
+            .released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&claimed.name);
     });
     Ok(())
 }
