@@ -576,9 +576,10 @@ async fn warm_start(f: &Function, ctx: &Context, desired: &builders::Desired) {
     let Some(warm) = &ctx.warm else {
         return;
     };
-    ctx.metrics.write("Pod", "patch");
     match crate::warm::claim(warm, f, desired).await {
         Ok(Some(c)) => {
+            // The claim's label patch on the pool pod.
+            ctx.metrics.write("Pod", "patch");
             ctx.metrics.warm_starts.inc();
             ctx.metrics.warm_start_duration.observe(c.ready_ms / 1000.0);
             publish(

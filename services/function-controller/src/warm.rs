@@ -30,15 +30,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::builders::{self, Desired, INIT_PREPARE, INSTALL_VOLUME, SRC_DIR, SRC_VOLUME};
 use crate::config::ControllerConfig;
+use kubeless_api::labels::{SERVICE_NAME_LABEL, SLICE_MANAGED_BY_LABEL};
 
 /// Event reason: a woken Function answers from a warm pool pod.
 pub const WARM_START: &str = "WarmStart";
 /// Event reason: the warm start failed; the Function waits for its own pod.
 pub const WARM_START_FAILED: &str = "WarmStartFailed";
-/// Label of an EndpointSlice's Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
-/// Label naming an EndpointSlice's manager.
-const SLICE_MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// How long a specialize call may take (the runtime starts its workers in it).
 const SPECIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 /// After its EndpointSlice is gone, a released pool pod lives this long, so callers that

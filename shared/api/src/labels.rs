@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 pub const CREATED_BY: &str = "created-by";
 /// Value of [`CREATED_BY`].
 pub const CREATED_BY_VALUE: &str = "kubeless";
+/// Label that ties an EndpointSlice to its Service (Kubernetes').
+pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// Label naming an EndpointSlice's manager (Kubernetes').
+pub const SLICE_MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
 /// Label naming the function an object belongs to: `function=<name>`.
 pub const FUNCTION: &str = "function";
 /// Finalizer the function-controller puts on Functions.

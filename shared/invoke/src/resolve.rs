@@ -17,7 +17,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use crate::target::FunctionTarget;
 
 /// Label that ties an EndpointSlice to its Service.
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub use kubeless_api::labels::SERVICE_NAME_LABEL;
 
 /// A base URL to send events to (`http://host:port/`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
