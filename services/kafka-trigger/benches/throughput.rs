@@ -322,6 +322,22 @@ fn rebalances(metrics: &kubeless_service::Metrics, trigger: &str) -> (u64, u64) 
     (count("assign"), count("revoke"))
 }
 
+/// Sum (s) and count of the trigger's delivery durations (dispatch to outcome, per record).
+fn delivery_time(metrics: &kubeless_service::Metrics, trigger: &str) -> (f64, f64) {
+    let text = metrics.encode().unwrap_or_default();
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter(|l| l.contains(&format!("trigger=\"{trigger}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    (
+        value("kubeless_kafka_trigger_delivery_duration_seconds_sum{"),
+        value("kubeless_kafka_trigger_delivery_duration_seconds_count{"),
+    )
+}
+
 async fn trigger_run(
     c: &Cluster,
     broker: &Tansu,
@@ -391,11 +407,17 @@ async fn trigger_run(
     let deadline = Instant::now() + deadline();
     // The longest time without a new record while some were still missing: a stall shows here.
     let (mut last_count, mut last_change, mut longest_idle) = (0, Instant::now(), Duration::ZERO);
+    // When the longest wait ended: records received before it, and time since production ended.
+    let waiting_from = Instant::now();
+    let mut longest_idle_at = (0u64, Duration::ZERO);
     while (s.count.load(AtomicOrdering::SeqCst) as usize) < N && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let now = s.count.load(AtomicOrdering::SeqCst);
         if now != last_count {
-            longest_idle = longest_idle.max(last_change.elapsed());
+            if last_change.elapsed() > longest_idle {
+                longest_idle = last_change.elapsed();
+                longest_idle_at = (last_count, waiting_from.elapsed());
+            }
             (last_count, last_change) = (now, Instant::now());
         }
     }
@@ -417,6 +439,11 @@ async fn trigger_run(
     let mut lat = s.latencies_us.lock().unwrap().clone();
     lat.sort_unstable();
     let after = rebalances(metrics, &name);
+    // The mean time a record spent being delivered, and the share of the run the lanes spent
+    // delivering (1.0 per lane always busy): in `partition` ordering each partition has one lane,
+    // so a share well under the partition count means its lane waited for records.
+    let (delivery_s, delivered) = delivery_time(metrics, &name);
+    let mean_delivery_us = delivery_s / delivered.max(1.0) * 1e6;
     let rounds = (after.0 - before.0, after.1 - before.1);
     let records_per_s = got as f64 / elapsed.as_secs_f64();
     let clean = got == N && longest_idle < STALL;
@@ -429,7 +456,7 @@ async fn trigger_run(
         })
         .collect();
     println!(
-        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | longest wait for a record {:>6} ms{} | rebalances during the run: {} assign, {} revoke | partitions done at s {} | producer alone {:>8.0} records/s | {cpu}",
+        "trigger ordering={:<9} {got:>6} records in {:>6.2}s = {:>8.0} records/s end to end | latency ms p50 {:>8.1} p99 {:>8.1} max {:>8.1} | longest wait for a record {:>6} ms{} (ended {:.2} s after production, {} records in) | delivery mean {:.0} µs, lanes busy {:.2} | rebalances during the run: {} assign, {} revoke | partitions done at s {} | producer alone {:>8.0} records/s | {cpu}",
         ordering.as_str(),
         elapsed.as_secs_f64(),
         records_per_s,
@@ -438,6 +465,10 @@ async fn trigger_run(
         pct(&lat, 1.0),
         longest_idle.as_millis(),
         if clean { "" } else { " STALLED" },
+        longest_idle_at.1.as_secs_f64(),
+        longest_idle_at.0,
+        mean_delivery_us,
+        delivery_s / elapsed.as_secs_f64().max(1e-9),
         rounds.0,
         rounds.1,
         finished.join(" "),

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubeless_invoke::Invoker;
+use kubeless_invoke::{CallBody, Invoker, Lane};
 use kubeless_service::ThrottledEvents;
 pub use kubeless_trigger::Finished;
 use kubeless_trigger::deliver::Failure;
@@ -61,13 +61,15 @@ impl std::fmt::Display for At<'_> {
 
 impl Deliverer {
     /// Delivers `record` until it is done; `None` when `cancel` fired first (not done: it will
-    /// be redelivered by whoever consumes the partition next).
+    /// be redelivered by whoever consumes the partition next). `lane`: the calling task's own
+    /// function connections (an ordered lane running in `Lane::run`).
     pub async fn deliver(
         &self,
         spec: &ConsumerSpec,
         record: &Record,
         cancel: &CancellationToken,
         metrics: &ConsumerMetrics,
+        lane: Option<&Lane<CallBody>>,
     ) -> Option<Finished> {
         let event = record.to_event();
         let policy = retry_policy(&spec.policy);
@@ -81,6 +83,7 @@ impl Deliverer {
             regarding: self.events.as_ref().map(|e| (e, &spec.regarding)),
             max_wait: self.max_wait,
             activity: self.activity.as_ref(),
+            lane,
         };
         let done = delivery
             .deliver(&event, &At(record), cancel, |topic, outcome| {

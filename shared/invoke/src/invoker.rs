@@ -19,6 +19,7 @@ use opentelemetry::trace::TraceContextExt;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::event::{self, Event, HeaderError};
+use crate::lane::{Lane, Sent};
 use crate::resolve::{Endpoint, Resolve, ResolveError};
 use crate::retry::{Class, RetryPolicy, classify_status};
 use crate::target::FunctionTarget;
@@ -132,10 +133,13 @@ impl Default for ClientOptions {
     }
 }
 
+/// The body of a call to a function.
+pub type CallBody = Full<Bytes>;
+
 /// Sends events to functions. Cheap to clone; share one per process.
 #[derive(Clone)]
 pub struct Invoker {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpConnector, CallBody>,
     resolver: Arc<dyn Resolve>,
 }
 
@@ -194,6 +198,19 @@ impl Invoker {
         event: &Event,
         policy: &RetryPolicy,
     ) -> Outcome {
+        self.invoke_with_retry_in(None, target, event, policy).await
+    }
+
+    /// [`Invoker::invoke_with_retry`] over `lane`'s connections when given: for a task that
+    /// calls one event at a time (an ordered lane) and runs its loop in [`Lane::run`]. The
+    /// shared pool serves the calls the lane has no room for.
+    pub async fn invoke_with_retry_in(
+        &self,
+        lane: Option<&Lane<CallBody>>,
+        target: &FunctionTarget,
+        event: &Event,
+        policy: &RetryPolicy,
+    ) -> Outcome {
         let started = Instant::now();
         let event_id = event.event_id.clone().unwrap_or_else(event::new_event_id);
         let mut prepared = match prepare(event, event_id) {
@@ -220,7 +237,7 @@ impl Invoker {
             } else {
                 std::mem::take(&mut prepared.headers)
             };
-            let mut outcome = self.attempt(target, &prepared, headers, event).await;
+            let mut outcome = self.attempt(lane, target, &prepared, headers, event).await;
             outcome.attempts = attempt;
             let class = outcome.class();
             if class != Class::Retryable || attempt >= max {
@@ -243,6 +260,7 @@ impl Invoker {
 
     async fn attempt(
         &self,
+        lane: Option<&Lane<CallBody>>,
         target: &FunctionTarget,
         prepared: &Prepared,
         mut headers: HeaderMap,
@@ -294,13 +312,35 @@ impl Invoker {
         *request.headers_mut() = headers;
 
         let call = async {
-            let response = self.client.request(request).await.map_err(|e| {
+            let pooled = |e: hyper_util::client::legacy::Error| {
                 if e.is_connect() {
                     Failure::Connect(e.into())
                 } else {
                     Failure::Transport(e.into())
                 }
-            })?;
+            };
+            let response = match lane {
+                None => self.client.request(request).await.map_err(pooled)?,
+                Some(lane) => {
+                    // A lane's connection takes the origin-form target (its Host is added).
+                    let origin = endpoint
+                        .uri()
+                        .path_and_query()
+                        .map_or_else(|| http::Uri::from_static("/"), |pq| pq.clone().into());
+                    *request.uri_mut() = origin;
+                    match lane.send(&endpoint, request).await {
+                        Sent::Answer(r) => r,
+                        Sent::Failed(e) if e.is_connect() => {
+                            return Err(Failure::Connect(e.into()));
+                        }
+                        Sent::Failed(e) => return Err(Failure::Transport(e.into())),
+                        Sent::Full(mut request) => {
+                            *request.uri_mut() = endpoint.uri().clone();
+                            self.client.request(request).await.map_err(pooled)?
+                        }
+                    }
+                }
+            };
             let (parts, body) = response.into_parts();
             let body = body
                 .collect()

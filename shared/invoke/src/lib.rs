@@ -17,13 +17,15 @@
 pub mod activity;
 pub mod event;
 pub mod invoker;
+pub mod lane;
 pub mod resolve;
 pub mod retry;
 pub mod target;
 
 pub use activity::Activity;
 pub use event::Event;
-pub use invoker::{ClientOptions, InvokeError, Invoker, Outcome};
+pub use invoker::{CallBody, ClientOptions, InvokeError, Invoker, Outcome};
+pub use lane::{Lane, LaneError, Sent};
 pub use resolve::{
     ClusterDnsResolver, Endpoint, EndpointAddr, EndpointSliceResolver, Resolve, ResolveError,
     StaticResolver, ready_endpoints,

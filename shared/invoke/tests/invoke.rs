@@ -14,8 +14,8 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubeless_invoke::resolve::SERVICE_NAME_LABEL;
 use kubeless_invoke::{
-    Class, Endpoint, EndpointSliceResolver, Event, FunctionTarget, InvokeError, Invoker, Jitter,
-    RetryPolicy, StaticResolver,
+    CallBody, Class, Endpoint, EndpointSliceResolver, Event, FunctionTarget, InvokeError, Invoker,
+    Jitter, Lane, RetryPolicy, StaticResolver,
 };
 use support::{TestServer, dead_addr};
 
@@ -322,4 +322,68 @@ async fn endpoint_slices_are_balanced_and_dead_endpoints_skipped() {
     assert_eq!(calls.iter().sum::<usize>(), 30);
     assert!(calls.iter().all(|c| *c >= 8), "uneven balance: {calls:?}");
     assert_eq!(unready.calls(), 0);
+}
+
+/// An ordered lane's calls go over its own connection, driven by its task: the same headers,
+/// retries and error classes as through the pool, with the Host header naming the endpoint.
+#[tokio::test]
+async fn a_lane_calls_like_the_pool() {
+    let server = TestServer::start(Arc::new(|n| {
+        let status = if n == 1 {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        (status, Duration::ZERO)
+    }))
+    .await;
+    let invoker = invoker_for(&server);
+    let lane: Lane<CallBody> = Lane::default();
+    let outcomes = lane
+        .run(async {
+            let mut all = Vec::new();
+            for i in 0..3 {
+                let event = Event::new("x").with_body(format!("{{\"n\":{i}}}"));
+                all.push(
+                    invoker
+                        .invoke_with_retry_in(Some(&lane), &target(), &event, &fast_retries(3))
+                        .await,
+                );
+            }
+            all
+        })
+        .await;
+    assert!(outcomes.iter().all(|o| o.is_success()), "{outcomes:?}");
+    // The second event's first attempt got 503 and was tried again, with the same event-id.
+    assert_eq!(
+        outcomes.iter().map(|o| o.attempts).collect::<Vec<_>>(),
+        [1, 2, 1]
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 4);
+    assert_eq!(seen[1].headers["event-id"], seen[2].headers["event-id"]);
+    let host = server.url();
+    let host = host.trim_start_matches("http://").trim_end_matches('/');
+    assert!(seen.iter().all(|s| s.headers["host"] == host), "{host}");
+    assert_eq!(seen[3].body, "{\"n\":2}");
+
+    let dead = dead_addr().await;
+    let invoker = Invoker::new(Arc::new(StaticResolver::single(
+        Endpoint::parse(&format!("http://{dead}/")).unwrap(),
+    )));
+    let out = lane
+        .run(invoker.invoke_with_retry_in(
+            Some(&lane),
+            &target(),
+            &Event::new("x").with_body("{}"),
+            &fast_retries(2),
+        ))
+        .await;
+    assert!(
+        matches!(out.error, Some(InvokeError::Connect { .. })),
+        "{:?}",
+        out.error
+    );
+    assert_eq!(out.class(), Class::Retryable);
+    assert_eq!(out.attempts, 2);
 }

@@ -96,6 +96,10 @@ pub struct Delivery<'a> {
     /// Functions that scale to zero: traffic is recorded, and an event for a function with no
     /// ready replica waits for it (waking it) without spending attempts. `None`: benches.
     pub activity: Option<&'a Arc<Activity>>,
+    /// The calling task's own function connections ([`kubeless_invoke::Lane`]), for a source
+    /// that delivers one event at a time and runs its loop in `Lane::run`; `None`: the shared
+    /// pool.
+    pub lane: Option<&'a kubeless_invoke::Lane<kubeless_invoke::CallBody>>,
 }
 
 /// Why an event goes to the dead letters, for the broker's dead-letter record.
@@ -148,7 +152,7 @@ impl Delivery<'_> {
                 }
             }
             let o = tokio::select! {
-                o = self.invoker.invoke_with_retry(self.target, event, self.policy) => o,
+                o = self.invoker.invoke_with_retry_in(self.lane, self.target, event, self.policy) => o,
                 _ = cancel.cancelled() => return None,
             };
             retries += u64::from(o.attempts.saturating_sub(1));
@@ -365,6 +369,7 @@ impl PairDelivery {
             regarding: Some((&self.events, &self.to.trigger)),
             max_wait: self.max_wait,
             activity: self.activity.as_ref(),
+            lane: None,
         };
         let (started, pair) = (Instant::now(), &self.metrics);
         pair.in_flight.inc();

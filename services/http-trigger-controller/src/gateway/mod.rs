@@ -35,7 +35,8 @@ use kubeless_invoke::event::{
     EVENT_ID, EVENT_NAMESPACE, EVENT_TIME, EVENT_TYPE, FORM_URLENCODED, event_time_now,
     new_event_id,
 };
-use kubeless_invoke::{Endpoint, FunctionTarget, Resolve};
+use kubeless_invoke::lane::CONNECT_TIMEOUT;
+use kubeless_invoke::{Endpoint, FunctionTarget, Lane, Resolve, Sent};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -143,7 +144,7 @@ impl Gateway {
     ) -> Arc<Self> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_connect_timeout(Some(CONNECT_TIMEOUT));
         connector.set_keepalive(Some(Duration::from_secs(60)));
         let client = Client::builder(TokioExecutor::new())
             .timer(TokioTimer::new())
@@ -231,23 +232,29 @@ impl Gateway {
             let builder = Arc::clone(&builder);
             let token = shutdown.clone();
             tracker.spawn(async move {
+                let lane = Arc::new(Lane::default());
+                let svc_lane = Arc::clone(&lane);
                 let svc = hyper::service::service_fn(move |req| {
                     let me = Arc::clone(&me);
-                    async move { Ok::<_, Infallible>(me.handle(req, remote).await) }
+                    let lane = Arc::clone(&svc_lane);
+                    async move { Ok::<_, Infallible>(me.handle_in(req, remote, &lane).await) }
                 });
                 let conn = builder.serve_connection(TokioIo::new(stream), svc);
-                tokio::pin!(conn);
-                tokio::select! {
-                    r = conn.as_mut() => {
-                        if let Err(e) = r {
-                            tracing::debug!(error = %e, "connection ended with an error");
+                lane.run(async move {
+                    tokio::pin!(conn);
+                    tokio::select! {
+                        r = conn.as_mut() => {
+                            if let Err(e) = r {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                            }
+                        }
+                        _ = token.cancelled() => {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = conn.await;
                         }
                     }
-                    _ = token.cancelled() => {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
-                    }
-                }
+                })
+                .await;
             });
         }
         tracker.close();
@@ -259,10 +266,30 @@ impl Gateway {
         }
     }
 
-    /// Serves one request.
+    /// Serves one request, through the shared pool.
     pub async fn handle(&self, req: Request<Incoming>, remote: SocketAddr) -> Response<Body> {
+        self.serve(req, remote, None).await
+    }
+
+    /// Serves one request of an HTTP/1 client connection whose task drives `lane`
+    /// ([`Lane::run`]).
+    pub async fn handle_in(
+        &self,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+        lane: &Lane<CheckedBody>,
+    ) -> Response<Body> {
+        self.serve(req, remote, Some(lane)).await
+    }
+
+    async fn serve(
+        &self,
+        req: Request<Incoming>,
+        remote: SocketAddr,
+        lane: Option<&Lane<CheckedBody>>,
+    ) -> Response<Body> {
         let started = Instant::now();
-        let (outcome, resp) = self.route(req, remote).await;
+        let (outcome, resp) = self.route(req, remote, lane).await;
         self.metrics.outcome(outcome);
         self.metrics
             .duration
@@ -274,6 +301,7 @@ impl Gateway {
         &self,
         req: Request<Incoming>,
         remote: SocketAddr,
+        lane: Option<&Lane<CheckedBody>>,
     ) -> (&'static str, Response<Body>) {
         let raw_host = request_host(&req);
         let host = normalised_host(raw_host.str());
@@ -366,7 +394,14 @@ impl Gateway {
             }
         };
 
-        let Some(uri) = backend_uri(endpoint.uri(), path, req.uri()) else {
+        // HTTP/1 requests go over the client connection's own function connections when its
+        // lane has room; HTTP/2 streams (a task each) and the rest over the shared pool.
+        let lane = lane.filter(|_| req.version() < Version::HTTP_2);
+        let uri = match lane {
+            Some(_) => origin_form(path, req.uri()),
+            None => backend_uri(endpoint.uri(), path, req.uri()),
+        };
+        let Some(uri) = uri else {
             return (
                 "bad_uri",
                 plain(StatusCode::BAD_REQUEST, "bad request URI\n"),
@@ -375,7 +410,7 @@ impl Gateway {
         let (mut parts, body) = req.into_parts();
         prepare_headers(&mut parts.headers, raw_host.value(), remote);
         parts.uri = uri;
-        // h2c clients are proxied over pooled HTTP/1.1 connections.
+        // h2c clients are proxied over HTTP/1.1 connections.
         parts.version = Version::HTTP_11;
         // A request body that breaks while it is forwarded (a malformed chunked encoding) is the
         // client's fault: 400, not the 502 a failed call to the function gets.
@@ -384,8 +419,20 @@ impl Gateway {
             inner: body,
             failed: Arc::clone(&body_failed),
         };
-        let call = self.client.request(Request::from_parts(parts, body));
-        match tokio::time::timeout(target.timeout, call).await {
+        let req = Request::from_parts(parts, body);
+        let called = match lane {
+            Some(lane) => {
+                let call = self.call_in_lane(lane, &endpoint, req);
+                tokio::time::timeout(target.timeout, call).await
+            }
+            None => {
+                let call = self.client.request(req);
+                tokio::time::timeout(target.timeout, call)
+                    .await
+                    .map(|r| r.map_err(CallFailed::from))
+            }
+        };
+        match called {
             Err(_) => (
                 "timeout",
                 with_cors(
@@ -401,10 +448,10 @@ impl Gateway {
                 ),
             ),
             Ok(Err(e)) => {
-                if e.is_connect() {
+                if e.connect {
                     self.resolver.report_failure(target, &endpoint);
                 }
-                tracing::debug!(error = %e, %endpoint, "function call failed");
+                tracing::debug!(error = %e.error, %endpoint, "function call failed");
                 (
                     "bad_gateway",
                     with_cors(
@@ -414,6 +461,29 @@ impl Gateway {
                 )
             }
             Ok(Ok(resp)) => relay(resp, origin.as_ref()),
+        }
+    }
+
+    /// Sends `req` (origin-form) over the lane, or over the shared pool when the lane is full.
+    async fn call_in_lane(
+        &self,
+        lane: &Lane<CheckedBody>,
+        endpoint: &Endpoint,
+        req: Request<CheckedBody>,
+    ) -> Result<Response<Incoming>, CallFailed> {
+        match lane.send(endpoint, req).await {
+            Sent::Answer(resp) => Ok(resp),
+            Sent::Failed(e) => Err(CallFailed {
+                connect: e.is_connect(),
+                error: Box::new(e),
+            }),
+            Sent::Full(mut req) => {
+                let Some(uri) = absolute(endpoint.uri(), req.uri()) else {
+                    return Err(CallFailed::other("bad request URI"));
+                };
+                *req.uri_mut() = uri;
+                self.client.request(req).await.map_err(CallFailed::from)
+            }
         }
     }
 
@@ -619,22 +689,10 @@ async fn connect(
     endpoint: &Endpoint,
     deadline: tokio::time::Instant,
 ) -> std::io::Result<TcpStream> {
-    let authority = endpoint
-        .uri()
-        .authority()
-        .ok_or_else(|| std::io::Error::other("endpoint without host"))?;
-    let addr = match authority.port_u16() {
-        Some(_) => authority.as_str().to_string(),
-        None => format!("{}:80", authority.host()),
-    };
     let limit = deadline
         .saturating_duration_since(tokio::time::Instant::now())
-        .min(Duration::from_secs(5));
-    let stream = tokio::time::timeout(limit, TcpStream::connect(addr))
-        .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
+        .min(CONNECT_TIMEOUT);
+    kubeless_invoke::lane::connect(endpoint, limit).await
 }
 
 /// The function's answer, hop-by-hop headers removed, with its outcome label.
@@ -734,11 +792,51 @@ fn origin_form(path: &str, original: &Uri) -> Option<Uri> {
 
 /// `http://<endpoint authority>` + [`origin_form`]: the pooled client takes absolute URIs.
 fn backend_uri(endpoint: &Uri, path: &str, original: &Uri) -> Option<Uri> {
+    absolute(endpoint, &origin_form(path, original)?)
+}
+
+/// `http://<endpoint authority>` + the path and query of an origin-form `uri`.
+fn absolute(endpoint: &Uri, uri: &Uri) -> Option<Uri> {
     let mut parts = http::uri::Parts::default();
     parts.scheme = Some(http::uri::Scheme::HTTP);
     parts.authority = Some(endpoint.authority()?.clone());
-    parts.path_and_query = origin_form(path, original)?.into_parts().path_and_query;
+    parts.path_and_query = uri.path_and_query().cloned();
     Uri::from_parts(parts).ok()
+}
+
+/// A call to the function that got no answer.
+#[derive(Debug)]
+struct CallFailed {
+    /// The connection could not be opened: the endpoint is reported to the resolver.
+    connect: bool,
+    error: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl CallFailed {
+    fn other(text: &'static str) -> Self {
+        Self {
+            connect: false,
+            error: text.into(),
+        }
+    }
+}
+
+impl From<hyper_util::client::legacy::Error> for CallFailed {
+    fn from(e: hyper_util::client::legacy::Error) -> Self {
+        Self {
+            connect: e.is_connect(),
+            error: Box::new(e),
+        }
+    }
+}
+
+impl From<hyper::Error> for CallFailed {
+    fn from(e: hyper::Error) -> Self {
+        Self {
+            connect: false,
+            error: Box::new(e),
+        }
+    }
 }
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
