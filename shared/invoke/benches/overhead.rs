@@ -2,6 +2,9 @@
 //!   * a bare hyper-util client sending the same Kubeless headers with fixed values (baseline),
 //!   * the invoker (ids, time, JSON detection, traceparent, resolver, timeout, classification),
 //!   * a bare reqwest client with the same headers (for reference: why the invoker is not on it),
+//!   * the invoker over a [`Lane`](kubeless_invoke::Lane): the calling task's own connection,
+//!     driven by that task (what an ordered lane of a trigger uses), instead of the pool's
+//!     connection task,
 //!
 //! in alternating blocks so all see the same machine noise. Prints p50/p99/throughput and the
 //! invoker/baseline p50 ratio. Not a pass/fail test.
@@ -22,7 +25,9 @@ use http::{HeaderMap, HeaderValue};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use kubeless_invoke::{Endpoint, Event, FunctionTarget, Invoker, StaticResolver};
+use kubeless_invoke::{
+    CallBody, Endpoint, Event, FunctionTarget, Invoker, Lane, RetryPolicy, StaticResolver,
+};
 
 const WARMUP: usize = 500;
 const BLOCK: usize = 500;
@@ -144,11 +149,26 @@ fn main() {
             assert!(out.is_success(), "{:?}", out.error);
         };
 
+        let lane: Lane<CallBody> = Lane::default();
+        let once = RetryPolicy::no_retry();
+        let lane_call = || async {
+            let out = invoker
+                .invoke_with_retry_in(Some(&lane), &target, &event, &once)
+                .await;
+            assert!(out.is_success(), "{:?}", out.error);
+        };
+
         for _ in 0..WARMUP {
             direct_call().await;
             invoke_call().await;
             raw_call().await;
         }
+        lane.run(async {
+            for _ in 0..WARMUP {
+                lane_call().await;
+            }
+        })
+        .await;
         if let Ok(only) = std::env::var("BENCH_ONLY") {
             for _ in 0..2000 {
                 match only.as_str() {
@@ -160,29 +180,41 @@ fn main() {
             return;
         }
 
-        let mut samples: [Vec<Duration>; 3] = Default::default();
-        let mut totals = [Duration::ZERO; 3];
+        let mut samples: [Vec<Duration>; 4] = Default::default();
+        let mut totals = [Duration::ZERO; 4];
         for _ in 0..BLOCKS {
-            for which in 0..3 {
+            for which in 0..4 {
                 let start = Instant::now();
-                for _ in 0..BLOCK {
-                    let t = Instant::now();
-                    match which {
-                        0 => direct_call().await,
-                        1 => invoke_call().await,
-                        _ => raw_call().await,
+                let block = async {
+                    let mut taken = Vec::with_capacity(BLOCK);
+                    for _ in 0..BLOCK {
+                        let t = Instant::now();
+                        match which {
+                            0 => direct_call().await,
+                            1 => invoke_call().await,
+                            2 => raw_call().await,
+                            _ => lane_call().await,
+                        }
+                        taken.push(t.elapsed());
                     }
-                    samples[which].push(t.elapsed());
-                }
+                    taken
+                };
+                let taken = if which == 3 {
+                    lane.run(block).await
+                } else {
+                    block.await
+                };
+                samples[which].extend(taken);
                 totals[which] += start.elapsed();
             }
         }
-        let [d, i, r] = samples;
+        let [d, i, r, l] = samples;
         let n = d.len();
-        let (d, i, r) = (
+        let (d, i, r, l) = (
             stats(d, totals[0]),
             stats(i, totals[1]),
             stats(r, totals[2]),
+            stats(l, totals[3]),
         );
         println!(
             "sequential POSTs to a local hyper server, {n} per client after {WARMUP} warm-up each"
@@ -190,10 +222,12 @@ fn main() {
         print("direct hyper-util", &d);
         print("kubeless invoker", &i);
         print("bare reqwest (ref.)", &r);
+        print("invoker in a lane", &l);
         println!(
-            "p50 ratio invoker/direct: {:.3} (goal < 1.2); bare reqwest/direct: {:.3}",
+            "p50 ratio invoker/direct: {:.3} (goal < 1.2); bare reqwest/direct: {:.3}; invoker in a lane/invoker: {:.3}",
             i.p50.as_secs_f64() / d.p50.as_secs_f64(),
-            r.p50.as_secs_f64() / d.p50.as_secs_f64()
+            r.p50.as_secs_f64() / d.p50.as_secs_f64(),
+            l.p50.as_secs_f64() / i.p50.as_secs_f64()
         );
     });
 }
