@@ -27,6 +27,13 @@
 //!
 //! `cargo bench -p http-trigger-controller --bench gateway_overhead [-- <connections,...>
 //! <seconds> <rounds>]` (default `1,16,64 2 3`).
+//!
+//! `GW_BENCH_PIN=1` gives the gateway a core of its own, as it has in a cluster (its own pod):
+//! the load generator, the echo server and the function runtimes run on CPU 0 only, the gateway
+//! on its own runtime on CPU 1 only (`taskset`). Direct calls then use one core and the gateway
+//! path two, so its ratio shows what the gateway costs a function's throughput when it does not
+//! take the function's CPU: the latency it adds and any limit of its own, not its CPU time
+//! (the CPU columns still show that).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
@@ -562,10 +569,26 @@ fn main() {
         .unwrap_or_else(|| vec![1, 16, 64]);
     let secs: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2.0);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
+    let pin = std::env::var_os("GW_BENCH_PIN").is_some_and(|v| v != "0");
+    if pin {
+        // Threads and processes started from now on inherit CPU 0.
+        pin_thread(0);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
+    // The gateway's own runtime: on CPU 1 with `GW_BENCH_PIN`, else the bench's.
+    let gw_rt = pin.then(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("gateway")
+            .on_thread_start(|| pin_thread(1))
+            .enable_all()
+            .build()
+            .unwrap()
+    });
+    let gw_handle = gw_rt.as_ref().map(|r| r.handle().clone());
     rt.block_on(async move {
         let token = CancellationToken::new();
         let noop_dir = tempfile::tempdir().unwrap();
@@ -624,16 +647,29 @@ fn main() {
             wake,
         );
         gw.set_routes(RouteTable::from_routes(routes));
-        let (gw_addr, server) = gw
-            .bind("127.0.0.1:0".parse().unwrap(), token.clone())
-            .await
-            .unwrap();
+        let bind = {
+            let token = token.clone();
+            async move { gw.bind("127.0.0.1:0".parse().unwrap(), token).await }
+        };
+        let (gw_addr, server) = match &gw_handle {
+            // Bound inside its runtime, so its connection tasks run there.
+            Some(h) => h.spawn(bind).await.unwrap().unwrap(),
+            None => bind.await.unwrap(),
+        };
 
-        println!(
-            "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
-             HTTP/1.1 keep-alive; load generator, gateway and functions share {} cores",
-            std::thread::available_parallelism().map_or(0, |n| n.get())
-        );
+        if pin {
+            println!(
+                "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
+                 HTTP/1.1 keep-alive; GW_BENCH_PIN: load generator, echo server and function \
+                 runtimes on CPU 0, the gateway alone on CPU 1"
+            );
+        } else {
+            println!(
+                "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
+                 HTTP/1.1 keep-alive; load generator, gateway and functions share {} cores",
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            );
+        }
         if noop.is_none() || python.is_none() {
             println!(
                 "-- the kubeless-runtime rows need `cargo build --release -p kubeless-runtime` \
@@ -672,4 +708,19 @@ fn main() {
         token.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(5), server).await;
     });
+    if let Some(r) = gw_rt {
+        r.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+/// Pins the calling thread to `cpu` with `taskset` (threads it starts inherit it).
+fn pin_thread(cpu: usize) {
+    let me = std::fs::read_link("/proc/thread-self").unwrap();
+    let tid = me.file_name().unwrap().to_string_lossy().into_owned();
+    let ok = std::process::Command::new("taskset")
+        .args(["-p", "-c", &cpu.to_string(), &tid])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "taskset -p -c {cpu} {tid} failed");
 }
