@@ -1,6 +1,8 @@
-//! The gateway's pool of connections to functions: a function gets its calls on one kept-alive
-//! connection, and a function that closes idle connections without a word (its keep-alive
-//! timeout) still gets every call exactly once, on new connections.
+//! The gateway's connections to functions: a client connection's calls share one kept-alive
+//! function connection (its lane's), each client connection has its own, endpoints beyond a
+//! lane's room and h2c streams go through the shared pool, and a function that closes idle
+//! connections without a word (its keep-alive timeout) still gets every call exactly once, on
+//! new connections.
 #![cfg(test)]
 
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use http_trigger_controller::gateway::Gateway;
 use http_trigger_controller::gateway::routes::{Route, RouteTable};
 use http_trigger_controller::gateway::secrets::SecretStore;
 use http_trigger_controller::metrics::GatewayMetrics;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use kubeless_invoke::{Endpoint, FunctionTarget, StaticResolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -158,5 +160,108 @@ async fn a_function_closing_idle_connections_gets_every_call_once() {
         "each call exactly once"
     );
     assert_eq!(seen.connections.load(Ordering::SeqCst), 5);
+    token.cancel();
+}
+
+/// Each HTTP/1 client connection has its own function connection (its lane), reused by its
+/// calls in sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_client_connection_keeps_its_own_function_connection() {
+    let token = CancellationToken::new();
+    let (addr, seen) = function(None, token.clone()).await;
+    let gw = gateway(addr, token.clone()).await;
+    let (a, b) = tokio::join!(calls(gw, 10, Duration::ZERO), calls(gw, 10, Duration::ZERO));
+    assert!(
+        a.iter()
+            .chain(&b)
+            .all(|(s, body)| *s == 200 && &body[..] == b"ok"),
+        "{a:?} {b:?}"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 20);
+    assert_eq!(seen.connections.load(Ordering::SeqCst), 2);
+    token.cancel();
+}
+
+/// h2c clients (prior knowledge) get their concurrent streams through the shared pool of
+/// HTTP/1.1 connections, each exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2c_streams_are_proxied_each_once() {
+    let token = CancellationToken::new();
+    let (addr, seen) = function(None, token.clone()).await;
+    let gw = gateway(addr, token.clone()).await;
+    let stream = TcpStream::connect(gw).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let streams = (0..10).map(|_| {
+        let mut sender = sender.clone();
+        async move {
+            let req = hyper::Request::get("http://fn.example.com/f")
+                .body(Empty::<Bytes>::new())
+                .unwrap();
+            let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+                .await
+                .unwrap()
+                .unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.into_body().collect().await.unwrap().to_bytes())
+        }
+    });
+    let got = futures::future::join_all(streams).await;
+    assert!(
+        got.iter().all(|(s, b)| *s == 200 && &b[..] == b"ok"),
+        "{got:?}"
+    );
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 10);
+    token.cancel();
+}
+
+/// A function with more endpoints than a lane keeps: calls are still balanced over all of them,
+/// the ones beyond the lane's room go through the shared pool, and no call opens a connection
+/// of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_beyond_a_lanes_room_go_through_the_pool() {
+    let token = CancellationToken::new();
+    let n = kubeless_invoke::lane::MAX_ENDPOINTS + 1;
+    let mut servers = Vec::new();
+    for _ in 0..n {
+        servers.push(function(None, token.clone()).await);
+    }
+    let endpoints = servers
+        .iter()
+        .map(|(a, _)| Endpoint::parse(&format!("http://{a}/")).unwrap())
+        .collect();
+    let resolver = StaticResolver::default().with_function("default", "f", endpoints);
+    let gw = Gateway::new(
+        Arc::new(resolver),
+        SecretStore::fixed([]),
+        GatewayMetrics::default(),
+    );
+    gw.set_routes(RouteTable::from_routes([Route {
+        namespace: "default".into(),
+        trigger: "f".into(),
+        host: None,
+        prefix: "/f".into(),
+        cors: false,
+        basic_auth_secret: None,
+        target: Some(FunctionTarget::new("default", "f").with_timeout(Duration::from_secs(10))),
+        scale_to_zero: false,
+    }]));
+    let addr = gw
+        .bind("127.0.0.1:0".parse().unwrap(), token.clone())
+        .await
+        .unwrap()
+        .0;
+    let got = calls(addr, 3 * n, Duration::ZERO).await;
+    assert!(
+        got.iter().all(|(s, b)| *s == 200 && &b[..] == b"ok"),
+        "{got:?}"
+    );
+    for (i, (_, seen)) in servers.iter().enumerate() {
+        assert_eq!(seen.calls.load(Ordering::SeqCst), 3, "endpoint {i}");
+        assert_eq!(seen.connections.load(Ordering::SeqCst), 1, "endpoint {i}");
+    }
     token.cancel();
 }
