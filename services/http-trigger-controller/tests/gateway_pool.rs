@@ -75,11 +75,16 @@ async fn function(
 }
 
 async fn gateway(function: SocketAddr, token: CancellationToken) -> SocketAddr {
-    let resolver = StaticResolver::default().with_function(
-        "default",
-        "f",
-        vec![Endpoint::parse(&format!("http://{function}/")).unwrap()],
-    );
+    gateway_over(&[function], token).await
+}
+
+/// A gateway routing `/f` to a function with these endpoints (round robin).
+async fn gateway_over(functions: &[SocketAddr], token: CancellationToken) -> SocketAddr {
+    let endpoints = functions
+        .iter()
+        .map(|a| Endpoint::parse(&format!("http://{a}/")).unwrap())
+        .collect();
+    let resolver = StaticResolver::default().with_function("default", "f", endpoints);
     let gw = Gateway::new(
         Arc::new(resolver),
         SecretStore::fixed([]),
@@ -229,31 +234,8 @@ async fn endpoints_beyond_a_lanes_room_go_through_the_pool() {
     for _ in 0..n {
         servers.push(function(None, token.clone()).await);
     }
-    let endpoints = servers
-        .iter()
-        .map(|(a, _)| Endpoint::parse(&format!("http://{a}/")).unwrap())
-        .collect();
-    let resolver = StaticResolver::default().with_function("default", "f", endpoints);
-    let gw = Gateway::new(
-        Arc::new(resolver),
-        SecretStore::fixed([]),
-        GatewayMetrics::default(),
-    );
-    gw.set_routes(RouteTable::from_routes([Route {
-        namespace: "default".into(),
-        trigger: "f".into(),
-        host: None,
-        prefix: "/f".into(),
-        cors: false,
-        basic_auth_secret: None,
-        target: Some(FunctionTarget::new("default", "f").with_timeout(Duration::from_secs(10))),
-        scale_to_zero: false,
-    }]));
-    let addr = gw
-        .bind("127.0.0.1:0".parse().unwrap(), token.clone())
-        .await
-        .unwrap()
-        .0;
+    let addrs: Vec<SocketAddr> = servers.iter().map(|(a, _)| *a).collect();
+    let addr = gateway_over(&addrs, token.clone()).await;
     let got = calls(addr, 3 * n, Duration::ZERO).await;
     assert!(
         got.iter().all(|(s, b)| *s == 200 && &b[..] == b"ok"),

@@ -25,6 +25,14 @@ fn invoker_for(server: &TestServer) -> Invoker {
     )))
 }
 
+/// An invoker whose only endpoint refuses connections.
+async fn dead_invoker() -> Invoker {
+    let dead = dead_addr().await;
+    Invoker::new(Arc::new(StaticResolver::single(
+        Endpoint::parse(&format!("http://{dead}/")).unwrap(),
+    )))
+}
+
 fn fast_retries(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
         max_attempts,
@@ -232,10 +240,7 @@ async fn bad_request_is_not_retried() {
 
 #[tokio::test]
 async fn refused_connection_is_retryable() {
-    let dead = dead_addr().await;
-    let invoker = Invoker::new(Arc::new(StaticResolver::single(
-        Endpoint::parse(&format!("http://{dead}/")).unwrap(),
-    )));
+    let invoker = dead_invoker().await;
     let out = invoker
         .invoke_with_retry(
             &target(),
@@ -367,10 +372,7 @@ async fn a_lane_calls_like_the_pool() {
     assert!(seen.iter().all(|s| s.headers["host"] == host), "{host}");
     assert_eq!(seen[3].body, "{\"n\":2}");
 
-    let dead = dead_addr().await;
-    let invoker = Invoker::new(Arc::new(StaticResolver::single(
-        Endpoint::parse(&format!("http://{dead}/")).unwrap(),
-    )));
+    let invoker = dead_invoker().await;
     let out = lane
         .run(invoker.invoke_with_retry_in(
             Some(&lane),
