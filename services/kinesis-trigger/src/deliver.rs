@@ -8,7 +8,7 @@ use aws_sdk_kinesis::primitives::Blob;
 use base64::Engine;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
-use kubeless_invoke::Event;
+use kubeless_invoke::{CallBody, Event, Lane};
 use kubeless_trigger::deliver::Failure;
 use kubeless_trigger::{Destination, Finished, PairDelivery};
 use serde::{Deserialize, Serialize};
@@ -160,8 +160,14 @@ impl Deliverer {
     }
 
     /// Delivers `record` until it is done; `None` when `cancel` fired first (not done: it is
-    /// read again from the checkpoint next time).
-    pub async fn deliver(&self, record: &Record, cancel: &CancellationToken) -> Option<Finished> {
+    /// read again from the checkpoint next time). `lane`: the shard reader's own function
+    /// connections (its loop runs in `Lane::run`).
+    pub async fn deliver(
+        &self,
+        record: &Record,
+        cancel: &CancellationToken,
+        lane: Option<&Lane<CallBody>>,
+    ) -> Option<Finished> {
         let config = &*self.config;
         // Formatted only when the delivery fails: no allocation per record.
         let coordinates = At(&config.stream, record);
@@ -184,7 +190,7 @@ impl Deliverer {
             }
         };
         let done = (self.delivery)
-            .deliver(&event, &coordinates, "stream", cancel, dead_letter)
+            .deliver_in(lane, &event, &coordinates, "stream", cancel, dead_letter)
             .await?;
         Some(done.finished)
     }

@@ -9,6 +9,7 @@ use aws_sdk_kinesis::Client as KinesisClient;
 use aws_sdk_kinesis::primitives::DateTime;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use bytes::Bytes;
+use kubeless_invoke::{CallBody, Lane};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{ReaderError, describe};
@@ -67,8 +68,20 @@ fn now_millis() -> i64 {
 }
 
 impl ShardReader {
-    /// Runs until the shard is drained, `cancel` fires, or the stream is gone.
+    /// Runs until the shard is drained, `cancel` fires, or the stream is gone. A shard's
+    /// records are delivered one at a time, in order: the reader keeps its own function
+    /// connection and drives it from its own task ([`Lane`]).
     pub async fn run(self, start: Start, cancel: CancellationToken) -> ShardExit {
+        let lane = Lane::default();
+        lane.run(self.read(start, cancel, &lane)).await
+    }
+
+    async fn read(
+        &self,
+        start: Start,
+        cancel: CancellationToken,
+        lane: &Lane<CallBody>,
+    ) -> ShardExit {
         let config = Arc::clone(&self.deliverer.config);
         let label = config.label();
         let metrics = self.deliverer.metrics.clone();
@@ -164,7 +177,12 @@ impl ShardReader {
                     partition_key: r.partition_key().unwrap_or_default().to_string(),
                     data: Bytes::copy_from_slice(r.data().as_ref()),
                 };
-                if self.deliverer.deliver(&record, &cancel).await.is_none() {
+                if self
+                    .deliverer
+                    .deliver(&record, &cancel, Some(lane))
+                    .await
+                    .is_none()
+                {
                     return self.finish(ShardExit::Cancelled);
                 }
                 self.store.set(

@@ -359,6 +359,25 @@ impl PairDelivery {
         F: FnMut(String, Failure) -> Fut,
         Fut: Future<Output = Result<(), String>>,
     {
+        self.deliver_in(None, event, at, noun, cancel, dead_letter)
+            .await
+    }
+
+    /// [`PairDelivery::deliver`] over `lane`'s connections when given: for a source that
+    /// delivers one event at a time and runs its loop in [`kubeless_invoke::Lane::run`].
+    pub async fn deliver_in<F, Fut>(
+        &self,
+        lane: Option<&kubeless_invoke::Lane<kubeless_invoke::CallBody>>,
+        event: &Event,
+        at: &(dyn std::fmt::Display + Sync),
+        noun: &'static str,
+        cancel: &CancellationToken,
+        dead_letter: F,
+    ) -> Option<Delivered>
+    where
+        F: FnMut(String, Failure) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
         let delivery = Delivery {
             invoker: &self.invoker,
             target: &self.to.target,
@@ -369,7 +388,7 @@ impl PairDelivery {
             regarding: Some((&self.events, &self.to.trigger)),
             max_wait: self.max_wait,
             activity: self.activity.as_ref(),
-            lane: None,
+            lane,
         };
         let (started, pair) = (Instant::now(), &self.metrics);
         pair.in_flight.inc();
