@@ -6,8 +6,8 @@
 //! task ([`Lane::run`]). A request and its answer then never leave the task: no pool lock, no
 //! hand-off to a connection task and back, and the wake-ups between the request and its
 //! connection are flags set in the task that is already running ([`Signal`]), not trips
-//! through the scheduler and across threads. For a chain of calls made one after another
-//! those trips were most of each call's time.
+//! through the scheduler and across threads. What is left of a call is its system calls and the
+//! function's side.
 //!
 //! A lane keeps at most [`MAX_ENDPOINTS`] function connections, one per endpoint. A request
 //! for another endpoint while the lane is full goes to the caller's shared pool
@@ -43,7 +43,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 type ConnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-/// The function connections of one client connection.
+/// The function connections of one task (a client connection, an ordered lane).
 pub struct Lane<B> {
     inner: Mutex<Inner<B>>,
     signal: Arc<Signal>,
