@@ -59,6 +59,33 @@ pub fn start_service(c: &TestCluster, bin: &str, extra: &[(&str, String)]) -> Se
     c.start_service(bin, &env)
 }
 
+/// The http-trigger-controller with only its built-in gateway (no Ingresses), listening on a
+/// free port; the process and the gateway's `host:port`.
+pub fn start_gateway(c: &TestCluster) -> (ServiceProcess, String) {
+    let addr = format!("127.0.0.1:{}", kubeless_testkit::free_port());
+    let process = start_service(
+        c,
+        "http-trigger-controller",
+        &[
+            ("KUBELESS_INGRESS", "false".into()),
+            ("KUBELESS_GATEWAY", "true".into()),
+            ("KUBELESS_GATEWAY_ADDR", addr.clone()),
+        ],
+    );
+    (process, addr)
+}
+
+/// Waits until `api` has no object `name` (`what` names the wait in a timeout's panic).
+pub async fn wait_gone<K>(api: &Api<K>, name: &str, what: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(what, timeout, || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
 /// `(at zero, ready replicas)` of a Function with scale to zero on.
 pub async fn scale_state(fns: &Api<Function>, name: &str) -> Option<(bool, i32)> {
     let status = fns.get(name).await.ok()?.status?;

@@ -23,7 +23,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use integration_tests::scale::{NODE, PYTHON, function, start_service, wait_at_zero, wait_running};
+use integration_tests::scale::{
+    NODE, PYTHON, function, start_gateway, start_service, wait_at_zero, wait_running,
+};
 use integration_tests::{require_bins, target_debug_dir};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, LogParams, PostParams};
@@ -150,16 +152,7 @@ async fn functions_at_zero_wake_for_http_nats_kafka_and_kinesis_and_get_each_onc
     );
     create_aws_secret(&c.client, "aws").await;
 
-    let gateway_addr = format!("127.0.0.1:{}", kubeless_testkit::free_port());
-    let _gateway = start_service(
-        &c,
-        "http-trigger-controller",
-        &[
-            ("KUBELESS_INGRESS", "false".into()),
-            ("KUBELESS_GATEWAY", "true".into()),
-            ("KUBELESS_GATEWAY_ADDR", gateway_addr.clone()),
-        ],
-    );
+    let (_gateway, gateway_addr) = start_gateway(&c);
 
     let fns: Api<Function> = Api::namespaced(c.client.clone(), NS);
     for f in [

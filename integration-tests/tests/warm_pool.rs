@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use integration_tests::require_bins;
 use integration_tests::scale::{
-    NODE, PYTHON, function, idle_pool_pods, nats_call, start_service, wait_at_zero, wait_running,
+    NODE, PYTHON, function, idle_pool_pods, nats_call, start_gateway, start_service, wait_at_zero,
+    wait_gone, wait_running,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -75,16 +76,7 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
         ],
     );
     let _trigger = start_service(&c, "nats-trigger", &[("NATS_URL", nats.url.clone())]);
-    let gateway_addr = format!("127.0.0.1:{}", kubeless_testkit::free_port());
-    let _gateway = start_service(
-        &c,
-        "http-trigger-controller",
-        &[
-            ("KUBELESS_INGRESS", "false".into()),
-            ("KUBELESS_GATEWAY", "true".into()),
-            ("KUBELESS_GATEWAY_ADDR", gateway_addr.clone()),
-        ],
-    );
+    let (_gateway, gateway_addr) = start_gateway(&c);
     let client = async_nats::connect(&nats.url)
         .await
         .unwrap_or_else(|e| panic!("connecting to NATS: {e}"));
@@ -204,31 +196,16 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
             // Once its own pod is ready the pool pod leaves the Service and is deleted; the
             // pool is refilled.
             wait_running(&fns, name, Duration::from_secs(120)).await;
-            eventually(
-                &format!("{name}: warm slice removed"),
+            let what = format!("{name}: warm slice removed");
+            wait_gone(
+                &slices,
+                &format!("{name}-warm"),
+                &what,
                 Duration::from_secs(60),
-                || async {
-                    slices
-                        .get_opt(&format!("{name}-warm"))
-                        .await
-                        .ok()?
-                        .is_none()
-                        .then_some(())
-                },
             )
             .await;
-            eventually(
-                &format!("{name}: used pool pod deleted"),
-                Duration::from_secs(60),
-                || async {
-                    pods.get_opt(&answered_by)
-                        .await
-                        .ok()?
-                        .is_none()
-                        .then_some(())
-                },
-            )
-            .await;
+            let what = format!("{name}: used pool pod deleted");
+            wait_gone(&pods, &answered_by, &what, Duration::from_secs(60)).await;
             eventually(
                 &format!("{runtime}: pool refilled"),
                 Duration::from_secs(90),

@@ -190,7 +190,7 @@ impl Deliverer {
             }
         };
         let done = (self.delivery)
-            .deliver_in(lane, &event, &coordinates, "stream", cancel, dead_letter)
+            .deliver(lane, &event, &coordinates, "stream", cancel, dead_letter)
             .await?;
         Some(done.finished)
     }

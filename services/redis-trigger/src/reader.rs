@@ -136,7 +136,7 @@ impl Reader {
                 };
                 let at = format!("{}@{}", cfg.stream, entry.id);
                 let event = event(entry);
-                (delivery.deliver(&event, &at, "stream", &never, dead_letter)).await;
+                (delivery.deliver(None, &event, &at, "stream", &never, dead_letter)).await;
                 con.xack::<_, _, _, ()>(&cfg.stream, &cfg.group, &[&entry.id])
                     .await?;
             }

@@ -346,26 +346,10 @@ impl PairDelivery {
     }
 
     /// [`Delivery::deliver`] of `event` (`at` names it in logs and Events; the dead-letter
-    /// destination is a `noun`), counted in the pair's metrics.
+    /// destination is a `noun`), counted in the pair's metrics. `lane`: the calling task's own
+    /// function connections, for a source that delivers one event at a time and runs its loop
+    /// in [`kubeless_invoke::Lane::run`]; `None`: the invoker's pool.
     pub async fn deliver<F, Fut>(
-        &self,
-        event: &Event,
-        at: &(dyn std::fmt::Display + Sync),
-        noun: &'static str,
-        cancel: &CancellationToken,
-        dead_letter: F,
-    ) -> Option<Delivered>
-    where
-        F: FnMut(String, Failure) -> Fut,
-        Fut: Future<Output = Result<(), String>>,
-    {
-        self.deliver_in(None, event, at, noun, cancel, dead_letter)
-            .await
-    }
-
-    /// [`PairDelivery::deliver`] over `lane`'s connections when given: for a source that
-    /// delivers one event at a time and runs its loop in [`kubeless_invoke::Lane::run`].
-    pub async fn deliver_in<F, Fut>(
         &self,
         lane: Option<&kubeless_invoke::Lane<kubeless_invoke::CallBody>>,
         event: &Event,
