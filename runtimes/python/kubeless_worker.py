@@ -20,6 +20,9 @@ from urllib.parse import parse_qs
 
 _U32 = struct.Struct(">I")
 _COALESCE = 64 * 1024
+# The proxy sends header names in lower case: the worker's own lookups skip Headers' case
+# folding (a Python-level call each).
+_get = dict.get
 
 
 class Headers(dict):
@@ -142,13 +145,24 @@ def _setup_path(volume):
             sys.path.insert(0, p)
 
 
+def _headers(pairs):
+    """The call's headers; a repeated header's values joined with ", "."""
+    headers = Headers(pairs)
+    if len(headers) != len(pairs):
+        headers = Headers()
+        for k, v in pairs:
+            prev = _get(headers, k)
+            dict.__setitem__(headers, k, v if prev is None else prev + ", " + v)
+    return headers
+
+
 def _call_context(context, headers):
     """The context, plus the call's W3C trace context when it has one."""
-    tp = headers.get("traceparent")
+    tp = _get(headers, "traceparent")
     if tp is None:
         return context
     ctx = dict(context, traceparent=tp)
-    ts = headers.get("tracestate")
+    ts = _get(headers, "tracestate")
     if ts is not None:
         ctx["tracestate"] = ts
     return ctx
@@ -244,21 +258,19 @@ def main():
         head, body = chan.read()
         if head is None:
             return 0
-        headers = Headers()
-        for k, v in head["headers"]:
-            headers[k] = headers[k] + ", " + v if k in headers else v
+        headers = _headers(head["headers"])
         data = body
-        if _is_json(headers.get("content-type")):
+        if _is_json(_get(headers, "content-type")):
             try:
                 data = json.loads(body) if body else None
             except ValueError:
                 data = body
         event = {
             "data": data,
-            "event-id": headers.get("event-id"),
-            "event-type": headers.get("event-type"),
-            "event-time": headers.get("event-time"),
-            "event-namespace": headers.get("event-namespace"),
+            "event-id": _get(headers, "event-id"),
+            "event-type": _get(headers, "event-type"),
+            "event-time": _get(headers, "event-time"),
+            "event-namespace": _get(headers, "event-namespace"),
             "extensions": {"request": Request(head, headers, body)},
         }
         try:

@@ -59,6 +59,34 @@ pub struct RequestHead {
     pub remote_addr: Option<String>,
 }
 
+/// A [`RequestHead`] that borrows the HTTP request's strings: what the proxy encodes per call,
+/// without copying every header name and value first.
+#[derive(Debug, Serialize)]
+pub struct RequestHeadRef<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: &'a str,
+    pub url: &'a str,
+    pub headers: HeaderPairs<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub remote_addr: Option<String>,
+}
+
+/// A header map encoded as [`RequestHead::headers`]: `[name, value]` pairs in order, names in
+/// lower case, a value that is not UTF-8 with its invalid bytes replaced.
+#[derive(Debug)]
+pub struct HeaderPairs<'a>(pub &'a http::HeaderMap);
+
+impl Serialize for HeaderPairs<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(
+            self.0
+                .iter()
+                .map(|(k, v)| (k.as_str(), String::from_utf8_lossy(v.as_bytes()))),
+        )
+    }
+}
+
 /// A worker's answer to one call.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ResponseHead {
@@ -223,6 +251,43 @@ mod tests {
         assert!(
             matches!(err, FrameError::BodyOverLimit { len, max: 1024 } if len == u32::MAX as usize),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_borrowed_head_encodes_as_the_owned_one() {
+        let mut map = http::HeaderMap::new();
+        map.insert("event-id", http::HeaderValue::from_static("id-1"));
+        map.append("x-repeated", http::HeaderValue::from_static("one"));
+        map.append("x-repeated", http::HeaderValue::from_static("two"));
+        map.insert(
+            "x-binary",
+            http::HeaderValue::from_bytes(b"caf\xe9").unwrap(),
+        );
+        let borrowed = RequestHeadRef {
+            method: "POST",
+            path: "/a",
+            query: "q=1",
+            url: "/a?q=1",
+            headers: HeaderPairs(&map),
+            remote_addr: Some("127.0.0.1:9".into()),
+        };
+        let owned = RequestHead {
+            method: "POST".into(),
+            path: "/a".into(),
+            query: "q=1".into(),
+            url: "/a?q=1".into(),
+            headers: vec![
+                ("event-id".into(), "id-1".into()),
+                ("x-repeated".into(), "one".into()),
+                ("x-repeated".into(), "two".into()),
+                ("x-binary".into(), "caf\u{fffd}".into()),
+            ],
+            remote_addr: Some("127.0.0.1:9".into()),
+        };
+        assert_eq!(
+            serde_json::to_string(&borrowed).unwrap(),
+            serde_json::to_string(&owned).unwrap()
         );
     }
 

@@ -22,7 +22,7 @@ use crate::cli::{AccessLogFormat, ServeArgs, WorkerKind};
 use crate::compile;
 use crate::metrics::{self, Metrics};
 use crate::pool::{CallOutcome, Pool, PoolStartError, Standby, WorkerSpec};
-use crate::protocol::{self, RequestHead};
+use crate::protocol::{self, HeaderPairs, RequestHeadRef};
 
 /// Sub-folder of the install volume that `install` fills with pip packages.
 pub const PYTHON_PACKAGES_DIR: &str = ".python-packages";
@@ -559,25 +559,12 @@ async fn call_function(
         // The function continues the proxy's span, not the caller's.
         crate::trace::inject_current(&mut req_headers);
     }
-    let headers = req_headers
-        .iter()
-        .map(|(k, v)| {
-            (
-                k.as_str().to_owned(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    let head = RequestHead {
-        method: parts.method.as_str().to_owned(),
-        path: parts.uri.path().to_owned(),
-        query: parts.uri.query().unwrap_or("").to_owned(),
-        url: parts
-            .uri
-            .path_and_query()
-            .map(|p| p.as_str().to_owned())
-            .unwrap_or_else(|| "/".into()),
-        headers,
+    let head = RequestHeadRef {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or(""),
+        url: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+        headers: HeaderPairs(&req_headers),
         remote_addr: Some(remote.to_string()),
     };
     let prefix = match protocol::encode_prefix(&head, body.len()) {

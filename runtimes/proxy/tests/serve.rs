@@ -450,6 +450,59 @@ every_language!(
     load_failure_exits_nonzero,
 );
 
+/// A header sent twice reaches a Python function once, its values joined with ", ", and the
+/// header dict answers any case.
+#[tokio::test]
+async fn python_joins_repeated_headers() {
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "describe",
+            ..Opts::default()
+        },
+    )
+    .await;
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("event-id", "id-2")
+        .header("X-Repeated", "one")
+        .header("x-repeated", "two")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["repeated"], "one, two");
+    assert_eq!(v["headers-mixed-case"], "id-2");
+    assert_eq!(v["has-mixed-case"], true);
+    assert_eq!(v["event-id"], "id-2");
+    // Without a repeated header the names stay distinct.
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .header("event-id", "id-3")
+        .header("X-Repeated", "only")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["repeated"], "only");
+    assert_eq!(v["event-id"], "id-3");
+    // Without the header: None, and not in the dict.
+    let v: serde_json::Value = client()
+        .get(rt.url("/"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["repeated"], serde_json::Value::Null);
+    assert_eq!(v["has-mixed-case"], false);
+}
+
 #[tokio::test]
 async fn noop_worker_serves() {
     let rt = Runtime::start(

@@ -16,24 +16,29 @@
 //! - `kubeless-runtime serve` with the Python worker and a hello-world function (what a user's
 //!   function costs at least), when the release build and `python3` exist.
 //!
-//! The load generator, the gateway and the function share this machine's cores. A call
-//! through the gateway therefore costs the cores what a direct call costs plus the gateway's
-//! own CPU time, and the throughput ratio is (client + function) / (client + function +
-//! gateway) CPU per call: against a function that costs nothing it measures the proxy hop
-//! itself (two more loopback TCP sends and receives per call) and cannot come near 100%.
+//! Where each part runs (`GW_BENCH_LAYOUT`, with `taskset`):
+//! - `function-core` (the default on a machine with two or more CPUs): the function runtimes
+//!   on CPU 0 alone, the bench process (load generator, echo server, gateway) on CPU 1. The
+//!   function has a core of its own, as a function pod has CPU of its own in a cluster, and
+//!   both paths send it requests from the other core. The runtime rows then show what going
+//!   through the gateway costs the function's throughput. Issue 22's goals are judged in this
+//!   layout. The echo server runs in the bench process, so its rows still show the gateway's
+//!   own cost on one core.
+//! - `shared`: nothing pinned. The load generator, the gateway and the function share the
+//!   cores, so a call through the gateway costs them what a direct call costs plus the
+//!   gateway's own CPU time: the throughput ratio is about (client + function) / (client +
+//!   function + gateway) CPU per call (the CPU ratio column).
+//! - `gateway-core`: the load generator, the echo server and the runtimes on CPU 0, the
+//!   gateway on a runtime of its own on CPU 1. Direct calls then come from the function's own
+//!   core, in bursts it serves together, which no client in a cluster does.
+//!
 //! Issue 22's goals (scale to zero on: at least 90% of direct throughput at 16 and 64
 //! connections, at most +0.1 ms p50 at 1 connection) are checked against the real function
 //! runtimes; the echo rows are printed beside them, measured the same way.
 //!
 //! `cargo bench -p http-trigger-controller --bench gateway_overhead [-- <connections,...>
-//! <seconds> <rounds>]` (default `1,16,64 2 3`).
-//!
-//! `GW_BENCH_PIN=1` gives the gateway a core of its own, as it has in a cluster (its own pod):
-//! the load generator, the echo server and the function runtimes run on CPU 0 only, the gateway
-//! on its own runtime on CPU 1 only (`taskset`). Direct calls then use one core and the gateway
-//! path two, so its ratio shows what the gateway costs a function's throughput when it does not
-//! take the function's CPU: the latency it adds and any limit of its own, not its CPU time
-//! (the CPU columns still show that).
+//! <seconds> <rounds>]` (default `1,16,64 2 3`). `GW_BENCH_ONLY=echo|noop|python` loads one
+//! function only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::convert::Infallible;
@@ -363,7 +368,7 @@ async fn compare(
     Summary { conns, runs }
 }
 
-fn print_summaries(f: &Upstream, sums: &[Summary], goal: bool) {
+fn print_summaries(f: &Upstream, sums: &[Summary], goal: bool, layout: Layout) {
     println!("  medians of the rounds ({}):", f.title);
     println!(
         "  conns | path    |   p50 µs | p50 vs direct |   p99 µs |    req/s | of direct \
@@ -438,7 +443,9 @@ fn print_summaries(f: &Upstream, sums: &[Summary], goal: bool) {
             "issue 22 goal, for comparison only (not what it is judged on)"
         };
         println!(
-            "  {whose}, scale to zero on (>= 90% at 16 and 64 conns, <= +100 µs p50 at 1): {}",
+            "  {whose}, layout {}, scale to zero on (>= 90% at 16 and 64 conns, <= +100 µs p50 \
+             at 1): {}",
+            layout.name(),
             verdicts.join("; ")
         );
     }
@@ -489,6 +496,7 @@ enum Worker {
 async fn start_runtime(
     worker: Worker,
     dir: &std::path::Path,
+    cpu: Option<usize>,
 ) -> Option<(tokio::process::Child, SocketAddr)> {
     let exe = std::env::current_exe().ok()?;
     let bin = exe.parent()?.parent()?.join("kubeless-runtime");
@@ -496,7 +504,15 @@ async fn start_runtime(
         return None;
     }
     let port = free_port();
-    let mut cmd = tokio::process::Command::new(bin);
+    let mut cmd = match cpu {
+        // taskset runs the runtime in its own process: the pid is the runtime's.
+        Some(cpu) => {
+            let mut c = tokio::process::Command::new("taskset");
+            c.args(["-c", &cpu.to_string()]).arg(bin);
+            c
+        }
+        None => tokio::process::Command::new(bin),
+    };
     cmd.arg("serve")
         .env("KUBELESS_WORKERS", "2")
         .env("FUNC_PORT", port.to_string())
@@ -569,17 +585,19 @@ fn main() {
         .unwrap_or_else(|| vec![1, 16, 64]);
     let secs: f64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(2.0);
     let rounds: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(3).max(1);
-    let pin = std::env::var_os("GW_BENCH_PIN").is_some_and(|v| v != "0");
-    if pin {
-        // Threads and processes started from now on inherit CPU 0.
-        pin_thread(0);
+    let layout = Layout::from_env();
+    match layout {
+        // Threads started from now on inherit the CPU; the runtimes are pinned when started.
+        Layout::FunctionCore => pin_thread(1),
+        Layout::GatewayCore => pin_thread(0),
+        Layout::Shared => {}
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    // The gateway's own runtime: on CPU 1 with `GW_BENCH_PIN`, else the bench's.
-    let gw_rt = pin.then(|| {
+    // The gateway's own runtime: on CPU 1 in the gateway-core layout, else the bench's.
+    let gw_rt = (layout == Layout::GatewayCore).then(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("gateway")
@@ -594,9 +612,11 @@ fn main() {
         let noop_dir = tempfile::tempdir().unwrap();
         let python_dir = tempfile::tempdir().unwrap();
         let echo = echo_server(token.clone()).await;
-        let noop = start_runtime(Worker::Noop, noop_dir.path()).await;
-        let python = start_runtime(Worker::Python, python_dir.path()).await;
+        let fn_cpu = (layout == Layout::FunctionCore).then_some(0);
+        let noop = start_runtime(Worker::Noop, noop_dir.path(), fn_cpu).await;
+        let python = start_runtime(Worker::Python, python_dir.path(), fn_cpu).await;
 
+        let only = std::env::var("GW_BENCH_ONLY").ok();
         let mut functions = vec![Upstream {
             title: "Rust echo server, in this process: the gateway's own cost",
             addr: echo,
@@ -657,19 +677,12 @@ fn main() {
             None => bind.await.unwrap(),
         };
 
-        if pin {
-            println!(
-                "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
-                 HTTP/1.1 keep-alive; GW_BENCH_PIN: load generator, echo server and function \
-                 runtimes on CPU 0, the gateway alone on CPU 1"
-            );
-        } else {
-            println!(
-                "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
-                 HTTP/1.1 keep-alive; load generator, gateway and functions share {} cores",
-                std::thread::available_parallelism().map_or(0, |n| n.get())
-            );
-        }
+        println!(
+            "gateway overhead: {conn_counts:?} connections, {secs} s per run, {rounds} rounds, \
+             HTTP/1.1 keep-alive; layout {}: {}",
+            layout.name(),
+            layout.describe()
+        );
         if noop.is_none() || python.is_none() {
             println!(
                 "-- the kubeless-runtime rows need `cargo build --release -p kubeless-runtime` \
@@ -682,6 +695,7 @@ fn main() {
                     .join(", ")
             );
         }
+        functions.retain(|f| only.as_deref().is_none_or(|o| o == f.name));
         let mut all = Vec::new();
         for f in &functions {
             println!("-- function: {}", f.title);
@@ -694,7 +708,7 @@ fn main() {
         println!();
         println!("== summary (medians over rounds; ratios and differences are to direct calls of the same round)");
         for (f, sums) in functions.iter().zip(&all) {
-            print_summaries(f, sums, f.name != "echo");
+            print_summaries(f, sums, f.name != "echo", layout);
         }
         println!(
             "  CPU/call: bench = this process (the load generator, the gateway on its rows, the \
@@ -710,6 +724,53 @@ fn main() {
     });
     if let Some(r) = gw_rt {
         r.shutdown_timeout(Duration::from_secs(1));
+    }
+}
+
+/// Where the bench's parts run (`GW_BENCH_LAYOUT`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    FunctionCore,
+    Shared,
+    GatewayCore,
+}
+
+impl Layout {
+    fn from_env() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match std::env::var("GW_BENCH_LAYOUT").as_deref() {
+            Ok("shared") => Self::Shared,
+            Ok("gateway-core") => Self::GatewayCore,
+            Ok("function-core") => Self::FunctionCore,
+            Ok(other) => {
+                panic!("GW_BENCH_LAYOUT={other}: expected function-core, shared or gateway-core")
+            }
+            Err(_) if cpus >= 2 => Self::FunctionCore,
+            Err(_) => Self::Shared,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::FunctionCore => "function-core",
+            Self::Shared => "shared",
+            Self::GatewayCore => "gateway-core",
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Self::FunctionCore => "the function runtimes alone on CPU 0; load generator, echo \
+                                   server and gateway on CPU 1"
+                .into(),
+            Self::Shared => format!(
+                "load generator, gateway and functions share {} cores",
+                std::thread::available_parallelism().map_or(0, |n| n.get())
+            ),
+            Self::GatewayCore => "load generator, echo server and function runtimes on CPU 0, \
+                                  the gateway alone on CPU 1"
+                .into(),
+        }
     }
 }
 
