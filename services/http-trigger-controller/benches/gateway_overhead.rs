@@ -424,7 +424,9 @@ fn print_summaries(f: &Upstream, sums: &[Summary], goal: bool, layout: Layout) {
             let r = 100.0 * s.throughput_ratio(stz);
             // In the function-core layout the bench process has CPU 1 to itself: how busy the
             // load generator and the gateway kept it tells which core limited the path.
-            let busy = s.med(stz, |r| r.cpu_per_call.map(|c| c.as_secs_f64() * r.stats.rps));
+            let busy = s.med(stz, |r| {
+                r.cpu_per_call.map(|c| c.as_secs_f64() * r.stats.rps)
+            });
             let limit = if layout == Layout::FunctionCore && busy >= 0.9 {
                 format!(
                     "; CPU 1 {:.0}% busy: the load generator and the gateway's core was the \
