@@ -13,8 +13,9 @@
 //!   gateway's own cost, with nothing to hide it;
 //! - `kubeless-runtime serve` with the noop worker (the real function proxy and worker hop,
 //!   with a function that does nothing), when the release build exists;
-//! - `kubeless-runtime serve` with the Python worker and a hello-world function (what a user's
-//!   function costs at least), when the release build and `python3` exist.
+//! - `kubeless-runtime serve` with the Python worker and with the Node.js worker, each with a
+//!   hello-world function (what a user's function costs at least), when the release build and
+//!   `python3` or `node` exist.
 //!
 //! Where each part runs (`GW_BENCH_LAYOUT`, with `taskset`):
 //! - `function-core` (the default on a machine with two or more CPUs): the function runtimes
@@ -37,7 +38,7 @@
 //! runtimes; the echo rows are printed beside them, measured the same way.
 //!
 //! `cargo bench -p http-trigger-controller --bench gateway_overhead [-- <connections,...>
-//! <seconds> <rounds>]` (default `1,16,64 2 3`). `GW_BENCH_ONLY=echo|noop|python` loads one
+//! <seconds> <rounds>]` (default `1,16,64 2 3`). `GW_BENCH_ONLY=echo|noop|python|node` loads one
 //! function only.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -503,10 +504,12 @@ enum Worker {
     Noop,
     /// A hello-world Python function in the given install volume.
     Python,
+    /// A hello-world Node.js function in the given install volume.
+    Nodejs,
 }
 
 /// The release kubeless-runtime serving `worker` with two workers, when it has been built
-/// (and, for Python, when `python3` runs); ready once it answered a call.
+/// (and, for Python and Node.js, when `python3` or `node` runs); ready once it answered a call.
 async fn start_runtime(
     worker: Worker,
     dir: &std::path::Path,
@@ -539,24 +542,41 @@ async fn start_runtime(
         Worker::Noop => {
             cmd.env("KUBELESS_WORKER", "noop");
         }
-        Worker::Python => {
-            let ok = std::process::Command::new("python3")
+        Worker::Python | Worker::Nodejs => {
+            let (kind, exe, file, source, script, env, runtime) = match worker {
+                Worker::Python => (
+                    "python",
+                    "python3",
+                    "funcs.py",
+                    "def hello(event, context):\n    return \"hello world\"\n",
+                    "python/kubeless_worker.py",
+                    "KUBELESS_PYTHON_WORKER",
+                    "python3",
+                ),
+                _ => (
+                    "nodejs",
+                    "node",
+                    "funcs.js",
+                    "module.exports = { hello: (event, context) => 'hello world' };\n",
+                    "nodejs/kubeless_worker.js",
+                    "KUBELESS_NODEJS_WORKER",
+                    "nodejs20",
+                ),
+            };
+            let ok = std::process::Command::new(exe)
                 .arg("--version")
                 .output()
                 .is_ok_and(|o| o.status.success());
             if !ok {
                 return None;
             }
-            std::fs::write(
-                dir.join("funcs.py"),
-                "def hello(event, context):\n    return \"hello world\"\n",
-            )
-            .ok()?;
+            std::fs::write(dir.join(file), source).ok()?;
             let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../runtimes/python/kubeless_worker.py");
-            cmd.env("KUBELESS_WORKER", "python")
-                .env("KUBELESS_PYTHON_WORKER", script)
-                .env("FUNC_RUNTIME", "python3")
+                .join("../../runtimes")
+                .join(script);
+            cmd.env("KUBELESS_WORKER", kind)
+                .env(env, script)
+                .env("FUNC_RUNTIME", runtime)
                 .env("FUNC_HANDLER", "hello")
                 .env("MOD_NAME", "funcs")
                 .env("FUNC_TIMEOUT", "30");
@@ -625,10 +645,12 @@ fn main() {
         let token = CancellationToken::new();
         let noop_dir = tempfile::tempdir().unwrap();
         let python_dir = tempfile::tempdir().unwrap();
+        let node_dir = tempfile::tempdir().unwrap();
         let echo = echo_server(token.clone()).await;
         let fn_cpu = (layout == Layout::FunctionCore).then_some(0);
         let noop = start_runtime(Worker::Noop, noop_dir.path(), fn_cpu).await;
         let python = start_runtime(Worker::Python, python_dir.path(), fn_cpu).await;
+        let node = start_runtime(Worker::Nodejs, node_dir.path(), fn_cpu).await;
 
         let only = std::env::var("GW_BENCH_ONLY").ok();
         let mut functions = vec![Upstream {
@@ -653,6 +675,15 @@ fn main() {
                 title: "kubeless-runtime, Python worker: a hello-world Python function",
                 addr: *addr,
                 name: "python",
+                expect: None,
+            });
+        }
+        if let Some((child, addr)) = &node {
+            functions.push(Upstream {
+                pid: child.id(),
+                title: "kubeless-runtime, Node.js worker: a hello-world Node.js function",
+                addr: *addr,
+                name: "node",
                 expect: None,
             });
         }
@@ -697,11 +728,15 @@ fn main() {
             layout.name(),
             layout.describe()
         );
-        if noop.is_none() || python.is_none() {
+        if noop.is_none() || python.is_none() || node.is_none() {
             println!(
                 "-- the kubeless-runtime rows need `cargo build --release -p kubeless-runtime` \
-                 (and python3 for the Python one); skipped: {}",
-                [("noop", noop.is_none()), ("python", python.is_none())]
+                 (and python3 or node for those functions); skipped: {}",
+                [
+                    ("noop", noop.is_none()),
+                    ("python", python.is_none()),
+                    ("node", node.is_none()),
+                ]
                     .iter()
                     .filter(|(_, skipped)| *skipped)
                     .map(|(n, _)| *n)
@@ -730,7 +765,7 @@ fn main() {
              calls; CPU ratio = direct calls' CPU per call over this path's, the throughput ratio \
              if the cores were the only limit and nothing else ran on them"
         );
-        for (mut child, _) in [noop, python].into_iter().flatten() {
+        for (mut child, _) in [noop, python, node].into_iter().flatten() {
             let _ = child.kill().await;
         }
         token.cancel();
