@@ -50,7 +50,7 @@ spec:
   containers:
   - name: main
     image: busybox
-    command: ["sh", "-c", "sleep 3; echo to-stdout; echo to-stderr >&2; exit 0"]
+    command: ["sh", "-c", "sleep 5; echo to-stdout; echo to-stderr >&2; exit 0"]
 ---
 apiVersion: v1
 kind: Pod
@@ -74,7 +74,10 @@ async fn kubectl_attach_follows_a_runner_pod() {
     let kc = cluster.kubeconfig_path().to_path_buf();
     tokio::task::spawn_blocking(move || {
         apply(&kc, PODS);
-        // `short` ends on its own: attach returns when its container stops.
+        // `short` ends on its own: attach returns when its container stops. kubectl attaches
+        // to a pod at once, without waiting for it to run (a real cluster refuses a container
+        // that has not started), so wait for it to run first, as a user would.
+        wait_for(&kc, "short", "--for=jsonpath={.status.phase}=Running");
         let short = kubectl_cmd(&kc, &["attach", "short"]).spawn().unwrap();
         let ticker_ready = {
             let kc = kc.clone();

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
-use axum::extract::{FromRequestParts, Query, Request};
+use axum::extract::ws::{CloseFrame, Message, WebSocket, close_code};
+use axum::extract::{Query, Request};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -93,10 +93,7 @@ pub async fn handle(
         stdin: process.stdin.filter(|_| opts.stdin),
         stdin_once: process.stdin_once,
     };
-    let (mut parts, _body) = req.into_parts();
-    let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
-        .await
-        .map_err(|_| ApiError::bad_request("Upgrade request required"))?;
+    let ws = exec::websocket_upgrade(req, "attach").await?;
     let app = app.clone();
     Ok(ws
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])

@@ -123,14 +123,42 @@ pub async fn handle(
             ))
         })?;
     authorize_websocket_create(app, &req)?;
-    let (mut parts, _body) = req.into_parts();
-    let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
-        .await
-        .map_err(|_| ApiError::bad_request("Upgrade request required"))?;
+    let ws = websocket_upgrade(req, "exec").await?;
     Ok(ws
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
         .on_upgrade(move |socket| run(socket, opts, process))
         .into_response())
+}
+
+/// The WebSocket upgrade of an exec or attach request. devcluster streams these over WebSocket
+/// only, which kubectl 1.30 and later ask for first; a real server also takes SPDY/3.1, what
+/// kubectl falls back to when the WebSocket request fails, so an SPDY request is told why it
+/// is refused instead of only "Upgrade request required".
+pub(crate) async fn websocket_upgrade(
+    req: Request,
+    subresource: &str,
+) -> Result<WebSocketUpgrade, ApiError> {
+    let (mut parts, _body) = req.into_parts();
+    match WebSocketUpgrade::from_request_parts(&mut parts, &()).await {
+        Ok(ws) => Ok(ws),
+        Err(_) => {
+            let spdy = parts
+                .headers
+                .get_all(http::header::UPGRADE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .any(|t| t.trim().to_ascii_lowercase().starts_with("spdy/"));
+            Err(ApiError::bad_request(if spdy {
+                format!(
+                    "Upgrade request required: devcluster serves pods/{subresource} over \
+                     WebSocket (v5.channel.k8s.io, kubectl 1.30 and later), not SPDY"
+                )
+            } else {
+                "Upgrade request required".to_string()
+            }))
+        }
+    }
 }
 
 /// As the real server (AuthorizePodWebsocketUpgradeCreatePermission, on since

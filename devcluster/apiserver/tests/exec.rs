@@ -185,3 +185,56 @@ async fn kubectl_exec_runs_in_the_container_env_and_returns_the_exit_code() {
     );
     assert!(with_create.status.success(), "{}", text(&with_create));
 }
+
+/// kubectl falls back to SPDY when its WebSocket request fails; devcluster has no SPDY for
+/// exec and attach, and says so, where a request with no upgrade at all gets the real
+/// server's plain answer.
+#[tokio::test]
+async fn an_spdy_exec_or_attach_is_told_devcluster_speaks_websocket_only() {
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    assert!(server.set_exec_backend(Arc::new(Fixed(dir.path().to_path_buf()))));
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "box"},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}]}
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+    for sub in ["exec?command=true&stdout=true", "attach?stdout=true"] {
+        let uri = format!("/api/v1/namespaces/default/pods/box/{sub}");
+        let refused = |req: http::Request<Vec<u8>>| {
+            let client = client.clone();
+            async move {
+                match client.request_text(req).await {
+                    Err(kube::Error::Api(status)) => status,
+                    other => panic!("{sub}: expected a 400 Status, got {other:?}"),
+                }
+            }
+        };
+        let spdy = refused(
+            http::Request::post(&uri)
+                .header("connection", "Upgrade")
+                .header("upgrade", "SPDY/3.1")
+                .header("x-stream-protocol-version", "v4.channel.k8s.io")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(spdy.code, 400, "{sub}: {spdy:?}");
+        let what = sub.split('?').next().unwrap();
+        assert!(
+            spdy.message
+                .contains(&format!("pods/{what} over WebSocket"))
+                && spdy.message.contains("not SPDY"),
+            "{sub}: {}",
+            spdy.message
+        );
+        let plain = refused(http::Request::get(&uri).body(Vec::new()).unwrap()).await;
+        assert_eq!(plain.code, 400, "{sub}: {plain:?}");
+        assert_eq!(plain.message, "Upgrade request required", "{sub}");
+    }
+}
