@@ -162,14 +162,7 @@ async fn exception_500_and_worker_lives(lang: Lang) {
 }
 
 async fn big_and_binary_bodies(lang: Lang) {
-    let rt = Runtime::start(
-        lang,
-        Opts {
-            handler: "echo",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(lang, "echo").await;
     let c = client();
     // 10 MB of pseudo-random bytes, every byte value present.
     let mut x: u32 = 12345;
@@ -252,14 +245,7 @@ async fn futures_join<T>(handles: Vec<tokio::task::JoinHandle<T>>) -> Vec<T> {
 }
 
 async fn metrics_after_n_calls(lang: Lang) {
-    let rt = Runtime::start(
-        lang,
-        Opts {
-            handler: "boom",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(lang, "boom").await;
     let c = client();
     for _ in 0..5 {
         assert_eq!(c.get(rt.url("/")).send().await.unwrap().status(), 200);
@@ -312,14 +298,7 @@ async fn metrics_after_n_calls(lang: Lang) {
 }
 
 async fn response_objects(lang: Lang) {
-    let rt = Runtime::start(
-        lang,
-        Opts {
-            handler: "respond",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(lang, "respond").await;
     let c = client();
     let r = c.get(rt.url("/?kind=object")).send().await.unwrap();
     assert_eq!(r.status(), 201);
@@ -454,14 +433,7 @@ every_language!(
 /// header dict answers any case.
 #[tokio::test]
 async fn python_joins_repeated_headers() {
-    let rt = Runtime::start(
-        Lang::Python,
-        Opts {
-            handler: "describe",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(Lang::Python, "describe").await;
     let describe = |headers: &[(&str, &str)]| {
         let mut req = client().get(rt.url("/"));
         for (k, v) in headers {
@@ -628,27 +600,13 @@ async fn node_unhandled_rejection_answers_500_at_once() {
 
 #[tokio::test]
 async fn node_response_is_a_writable_stream() {
-    let rt = Runtime::start(
-        Lang::Nodejs,
-        Opts {
-            handler: "stream_pipe",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(Lang::Nodejs, "stream_pipe").await;
     let r = client().get(rt.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["content-type"], "text/x-fixture");
     let want = std::fs::read(Lang::Nodejs.fixtures().join("funcs.js")).unwrap();
     assert_eq!(&r.bytes().await.unwrap()[..], &want[..], "the piped file");
-    let rt = Runtime::start(
-        Lang::Nodejs,
-        Opts {
-            handler: "stream_write",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(Lang::Nodejs, "stream_write").await;
     let r = client().get(rt.url("/")).send().await.unwrap();
     assert_eq!(r.status(), 202);
     assert_eq!(r.headers()["content-type"], "text/plain; charset=utf-8");
@@ -884,14 +842,7 @@ async fn server_span_is_child_of_the_callers_traceparent(lang: Lang) {
 #[tokio::test]
 async fn without_an_otlp_endpoint_the_callers_traceparent_passes_through() {
     let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let rt = Runtime::start(
-        Lang::Python,
-        Opts {
-            handler: "trace",
-            ..Opts::default()
-        },
-    )
-    .await;
+    let rt = Runtime::serving(Lang::Python, "trace").await;
     let v: serde_json::Value = client()
         .get(rt.url("/"))
         .header("traceparent", tp)

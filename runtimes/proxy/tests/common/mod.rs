@@ -258,6 +258,18 @@ pub fn serve_command(lang: Lang, opts: &Opts, port: u16) -> Command {
 }
 
 impl Runtime {
+    /// [`Runtime::start`] with the default options and `handler`.
+    pub async fn serving(lang: Lang, handler: &str) -> Runtime {
+        Runtime::start(
+            lang,
+            Opts {
+                handler,
+                ..Opts::default()
+            },
+        )
+        .await
+    }
+
     pub async fn start(lang: Lang, opts: Opts<'_>) -> Runtime {
         require_interpreter(lang);
         let port = free_port();
