@@ -500,12 +500,36 @@ fn free_port() -> u16 {
 }
 
 /// Which worker a `kubeless-runtime serve` runs.
+#[derive(Clone, Copy)]
 enum Worker {
     Noop,
     /// A hello-world Python function in the given install volume.
     Python,
     /// A hello-world Node.js function in the given install volume.
     Nodejs,
+}
+
+const WORKERS: [Worker; 3] = [Worker::Noop, Worker::Python, Worker::Nodejs];
+
+impl Worker {
+    /// Its route's name, and what `GW_BENCH_ONLY` picks it by.
+    fn name(self) -> &'static str {
+        match self {
+            Worker::Noop => "noop",
+            Worker::Python => "python",
+            Worker::Nodejs => "node",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Worker::Noop => {
+                "kubeless-runtime, noop worker: the function proxy, a function that does nothing"
+            }
+            Worker::Python => "kubeless-runtime, Python worker: a hello-world Python function",
+            Worker::Nodejs => "kubeless-runtime, Node.js worker: a hello-world Node.js function",
+        }
+    }
 }
 
 /// The release kubeless-runtime serving `worker` with two workers, when it has been built
@@ -643,14 +667,18 @@ fn main() {
     let gw_handle = gw_rt.as_ref().map(|r| r.handle().clone());
     rt.block_on(async move {
         let token = CancellationToken::new();
-        let noop_dir = tempfile::tempdir().unwrap();
-        let python_dir = tempfile::tempdir().unwrap();
-        let node_dir = tempfile::tempdir().unwrap();
         let echo = echo_server(token.clone()).await;
         let fn_cpu = (layout == Layout::FunctionCore).then_some(0);
-        let noop = start_runtime(Worker::Noop, noop_dir.path(), fn_cpu).await;
-        let python = start_runtime(Worker::Python, python_dir.path(), fn_cpu).await;
-        let node = start_runtime(Worker::Nodejs, node_dir.path(), fn_cpu).await;
+        // Each runtime with its install volume, or the worker it could not start.
+        let mut runtimes = Vec::new();
+        let mut skipped = Vec::new();
+        for worker in WORKERS {
+            let dir = tempfile::tempdir().unwrap();
+            match start_runtime(worker, dir.path(), fn_cpu).await {
+                Some((child, addr)) => runtimes.push((worker, child, addr, dir)),
+                None => skipped.push(worker.name()),
+            }
+        }
 
         let only = std::env::var("GW_BENCH_ONLY").ok();
         let mut functions = vec![Upstream {
@@ -660,33 +688,13 @@ fn main() {
             expect: Some(BODY),
             pid: None,
         }];
-        if let Some((child, addr)) = &noop {
-            functions.push(Upstream {
-                pid: child.id(),
-                title: "kubeless-runtime, noop worker: the function proxy, a function that does nothing",
-                addr: *addr,
-                name: "noop",
-                expect: None,
-            });
-        }
-        if let Some((child, addr)) = &python {
-            functions.push(Upstream {
-                pid: child.id(),
-                title: "kubeless-runtime, Python worker: a hello-world Python function",
-                addr: *addr,
-                name: "python",
-                expect: None,
-            });
-        }
-        if let Some((child, addr)) = &node {
-            functions.push(Upstream {
-                pid: child.id(),
-                title: "kubeless-runtime, Node.js worker: a hello-world Node.js function",
-                addr: *addr,
-                name: "node",
-                expect: None,
-            });
-        }
+        functions.extend(runtimes.iter().map(|(worker, child, addr, _)| Upstream {
+            pid: child.id(),
+            title: worker.title(),
+            addr: *addr,
+            name: worker.name(),
+            expect: None,
+        }));
 
         let mut resolver = StaticResolver::default();
         let mut routes = Vec::new();
@@ -728,20 +736,11 @@ fn main() {
             layout.name(),
             layout.describe()
         );
-        if noop.is_none() || python.is_none() || node.is_none() {
+        if !skipped.is_empty() {
             println!(
                 "-- the kubeless-runtime rows need `cargo build --release -p kubeless-runtime` \
                  (and python3 or node for those functions); skipped: {}",
-                [
-                    ("noop", noop.is_none()),
-                    ("python", python.is_none()),
-                    ("node", node.is_none()),
-                ]
-                    .iter()
-                    .filter(|(_, skipped)| *skipped)
-                    .map(|(n, _)| *n)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                skipped.join(", ")
             );
         }
         functions.retain(|f| only.as_deref().is_none_or(|o| o == f.name));
@@ -765,7 +764,7 @@ fn main() {
              calls; CPU ratio = direct calls' CPU per call over this path's, the throughput ratio \
              if the cores were the only limit and nothing else ran on them"
         );
-        for (mut child, _) in [noop, python, node].into_iter().flatten() {
+        for (_, mut child, _, _) in runtimes {
             let _ = child.kill().await;
         }
         token.cancel();
