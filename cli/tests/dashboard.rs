@@ -20,7 +20,7 @@ use kube::{
     Api,
     api::{ListParams, PostParams},
 };
-use kubeless_testkit::eventually;
+use kubeless_testkit::{ServiceProcess, eventually};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -196,16 +196,16 @@ async fn dashboard_in_a_headless_browser() {
     })
     .await;
     let kubeconfig = cluster.kubeconfig_path().to_path_buf();
-    let _controller = Proc(
-        tokio::process::Command::new(bin.join("function-controller"))
-            .env("KUBECONFIG", &kubeconfig)
-            .env("KUBELESS_ADMIN_ADDR", "127.0.0.1:0")
-            .env("KUBELESS_LISTEN_ON_POD_IP", "true")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("starting function-controller"),
+    // Its log goes to a file, shown if a step that waits on it times out.
+    let mut controller = ServiceProcess::start(
+        "function-controller",
+        dir.path(),
+        "function-controller",
+        &[
+            ("KUBECONFIG", kubeconfig.to_string_lossy().into_owned()),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+            ("KUBELESS_LISTEN_ON_POD_IP", "true".into()),
+        ],
     );
 
     // kubeless ui on a free loopback port; it prints its URL once listening.
@@ -738,12 +738,22 @@ async fn dashboard_in_a_headless_browser() {
         .click()
         .await
         .unwrap();
-    eventually(
-        "the function to be deleted",
-        Duration::from_secs(30),
-        || async { fns.get_opt("hello").await.ok()?.is_none().then_some(()) },
-    )
+    let deleted = tokio::time::timeout(Duration::from_secs(60), async {
+        while fns.get_opt("hello").await.ok().flatten().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
     .await;
+    assert!(
+        deleted.is_ok(),
+        "the function was not deleted within 60 s: {:?}\nthe browser is at {:?}: {:?}\n\
+         function-controller (running: {}) log:\n{}",
+        fns.get_opt("hello").await.map(|f| f.map(|f| f.metadata)),
+        b.current_url().await.map(|u| u.to_string()),
+        text_of(&b, "main").await,
+        controller.running(),
+        controller.log_tail(40)
+    );
 
     b.close().await.unwrap();
     cluster.shutdown().await;
