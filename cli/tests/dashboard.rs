@@ -732,6 +732,30 @@ async fn dashboard_in_a_headless_browser() {
 
     // 8. Delete the function from its page.
     b.goto(&format!("{base}/functions/hello")).await.unwrap();
+    // The page holds still while its live log fills in: a button that moves under the pointer
+    // takes a click meant for it somewhere else. (The log area used to grow by up to 12rem as
+    // the first lines arrived, just after load, and a click on Delete could miss.) Measured
+    // with the log full, then emptied.
+    let delete_top = "return document.getElementById('delete').getBoundingClientRect().top \
+                      + window.scrollY";
+    eventually(
+        "the log lines on the new page",
+        Duration::from_secs(30),
+        || async {
+            let logs = text_of(&b, "#logs").await?;
+            logs.contains("dashboard saw").then_some(())
+        },
+    )
+    .await;
+    let full = b.execute(delete_top, vec![]).await.unwrap();
+    b.execute("document.getElementById('logs').textContent = ''", vec![])
+        .await
+        .unwrap();
+    let empty = b.execute(delete_top, vec![]).await.unwrap();
+    assert_eq!(
+        full, empty,
+        "the Delete button moves with the log's length (top with the log full, then empty)"
+    );
     b.find(Locator::Id("delete"))
         .await
         .unwrap()
