@@ -94,6 +94,15 @@ async fn text_of(b: &Browser, css: &str) -> Option<String> {
     b.find(Locator::Css(css)).await.ok()?.text().await.ok()
 }
 
+/// Waits until the page's live log (`#logs`) contains `text`.
+async fn live_log_shows(b: &Browser, what: &str, text: &str, timeout: Duration) {
+    eventually(what, timeout, || async {
+        let logs = text_of(b, "#logs").await?;
+        logs.contains(text).then_some(())
+    })
+    .await;
+}
+
 async fn attr_of(b: &Browser, css: &str, attr: &str) -> Option<String> {
     b.find(Locator::Css(css))
         .await
@@ -456,13 +465,11 @@ async fn dashboard_in_a_headless_browser() {
     .await;
 
     // 4. Live logs show what the new code printed.
-    eventually(
+    live_log_shows(
+        &b,
         "the function's print in the live log",
+        "dashboard saw",
         Duration::from_secs(60),
-        || async {
-            let logs = text_of(&b, "#logs").await?;
-            logs.contains("dashboard saw").then_some(())
-        },
     )
     .await;
 
@@ -738,13 +745,11 @@ async fn dashboard_in_a_headless_browser() {
     // with the log full, then emptied.
     let delete_top = "return document.getElementById('delete').getBoundingClientRect().top \
                       + window.scrollY";
-    eventually(
+    live_log_shows(
+        &b,
         "the log lines on the new page",
+        "dashboard saw",
         Duration::from_secs(30),
-        || async {
-            let logs = text_of(&b, "#logs").await?;
-            logs.contains("dashboard saw").then_some(())
-        },
     )
     .await;
     let full = b.execute(delete_top, vec![]).await.unwrap();
