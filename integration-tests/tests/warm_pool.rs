@@ -150,19 +150,24 @@ async fn woken_functions_answer_from_the_warm_pool_then_from_their_own_pods() {
                 took.as_secs_f64() * 1000.0
             );
             // The pool pod printed the event: it answered, not a pod of the function's own.
-            let mut answered_by = None;
-            for p in &pool_before {
-                let log = pods
-                    .logs(p, &LogParams::default())
-                    .await
-                    .unwrap_or_default();
-                if log.lines().any(|l| l.trim() == format!("EVENT {line}")) {
-                    answered_by = Some(p.clone());
-                }
-            }
-            let answered_by = answered_by.unwrap_or_else(|| {
-                panic!("{name} via {via}: no pool pod of {pool_before:?} printed the event")
-            });
+            // The print reaches the pod's log file a moment after the answer reaches us.
+            let answered_by = eventually(
+                &format!("{name} via {via}: a pool pod of {pool_before:?} printing the event"),
+                Duration::from_secs(10),
+                || async {
+                    for p in &pool_before {
+                        let log = pods
+                            .logs(p, &LogParams::default())
+                            .await
+                            .unwrap_or_default();
+                        if log.lines().any(|l| l.trim() == format!("EVENT {line}")) {
+                            return Some(p.clone());
+                        }
+                    }
+                    None
+                },
+            )
+            .await;
             // The controller announced the warm start: the first Event names the pod; a
             // repeat joins its series (the Event recorder keeps one object per reason).
             let note = eventually(

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Env, NS, wait_for};
+use common::{Env, NS, wait_for, wait_for_opt};
 use k8s_openapi::api::{
     apps::v1::Deployment, autoscaling::v2::HorizontalPodAutoscaler, core::v1::Pod,
     events::v1::Event,
@@ -134,10 +134,20 @@ async fn wake(env: &Env, name: &str, want_replicas: i32) -> Duration {
     env.wait_answer(name, "awake", Duration::from_secs(60))
         .await;
     let took = t.elapsed();
-    assert_eq!(
-        scale_condition(env, name).await,
-        Some((false, "Active".into()))
-    );
+    // The controller writes the condition in the reconcile that scales up; the first answer
+    // can still reach the test before that write does. A function that went back to zero
+    // instead stays Idle and fails here.
+    let active = wait_for_opt(Duration::from_secs(10), || async {
+        (scale_condition(env, name).await == Some((false, "Active".into()))).then_some(())
+    })
+    .await;
+    if active.is_none() {
+        let f = env.fns().get(name).await.unwrap();
+        panic!(
+            "{name} answered after the wake, but ScaledToZero is not False/Active 10 s later: {:?}",
+            f.status
+        );
+    }
     wait_for(
         &format!("{name} at {want_replicas} replicas"),
         Duration::from_secs(20),
