@@ -92,3 +92,47 @@ async fn a_malformed_trigger_costs_only_itself() {
     wait_ready(&client, "bad").await;
     replica.stop().await;
 }
+
+/// A trigger that deserializes but whose field does not parse (`retry.initialBackoff: banana`,
+/// stored under a looser CRD as above) gets `Ready=False InvalidSpec` naming the field, and a
+/// Warning Event, as docs/troubleshooting.md promises.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_that_does_not_parse_gets_invalid_spec_and_an_event() {
+    let nats_server = NatsServer::start();
+    let loose = kubeless_testkit::loosened_crd::<NatsTrigger>(
+        "retry",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    let c = TestCluster::with_crd(loose).await;
+    let client = c.client.clone();
+    let f1 = RecordingFunction::echo().await;
+    register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
+    let bad: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "NATSTrigger",
+        "metadata": {"name": "banana", "namespace": NS},
+        "spec": {"topic": "b", "retry": {"initialBackoff": "banana"},
+                 "functionSelector": {"matchLabels": {"app": "orders"}}}
+    }))
+    .unwrap();
+    trigger_api(&client)
+        .create(&PostParams::default(), &bad)
+        .await
+        .unwrap();
+    let replica = Replica::start(&client, &nats_server.url).await;
+    let (cond, events) = kubeless_testkit::invalid_spec_reported(
+        &client,
+        &trigger_api(&client),
+        "NATSTrigger",
+        "banana",
+    )
+    .await;
+    let message = cond["message"].as_str().unwrap();
+    assert!(
+        message.contains("initialBackoff") && message.contains("banana"),
+        "the condition names the field and the value: {message}"
+    );
+    let note = events[0].note.as_deref().unwrap_or_default();
+    assert!(note.contains("banana"), "the Event says why: {note}");
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    replica.stop().await;
+}

@@ -294,6 +294,25 @@ pub fn desired_status<S: TriggerStatus, K: fmt::Display>(
     changed.then_some(next)
 }
 
+/// The Warning Event a status change calls for: the plan's problem (`InvalidSpec`, a missing
+/// function, ...) when the trigger's Ready condition did not already say it. So a trigger whose
+/// field fails to parse gets its Event once, as a malformed one does, not on every pass.
+pub fn problem_event<S: TriggerStatus, K>(
+    current: Option<&S>,
+    plan: &TriggerPlan<K>,
+) -> Option<Problem> {
+    let p = plan.problem.as_ref()?;
+    let mut current = current.cloned().unwrap_or_default();
+    let said = kubeless_api::conditions::find_condition(
+        current.conditions_mut(),
+        kubeless_api::conditions::READY,
+    )
+    .is_some_and(|c| {
+        c.reason.as_deref() == Some(p.reason) && c.message.as_deref() == Some(&p.message)
+    });
+    (!said).then(|| p.clone())
+}
+
 /// Settings of [`run`].
 #[derive(Clone)]
 pub struct Settings {
@@ -529,7 +548,7 @@ impl<S: Source> Loop<S> {
                 .count();
             self.active.store(active, Ordering::Relaxed);
             if self.leader.as_ref().is_none_or(|l| *l.borrow()) {
-                self.write_statuses(&desired.triggers, &running, &trigger_state)
+                self.write_statuses(&desired.triggers, &running, &trigger_state, &recorder)
                     .await;
                 // Malformed triggers: Ready=False InvalidSpec and a Warning Event, once per
                 // generation.
@@ -603,6 +622,7 @@ impl<S: Source> Loop<S> {
         plans: &BTreeMap<TriggerRef, TriggerPlan<S::Key>>,
         running: &BTreeMap<S::Key, RunningUnit<S>>,
         triggers: &[Arc<S::Trigger>],
+        recorder: &Recorder,
     ) {
         for t in triggers {
             let key = (t.namespace().unwrap_or_default(), t.name_any());
@@ -618,6 +638,7 @@ impl<S: Source> Loop<S> {
                 || self.source.ready_message(t, tp, &details(&states)),
                 self.source.progressing_message(),
             );
+            let event = problem_event(S::status(t), tp);
             let Some(status) = desired_status(S::status(t), tp, &states, ready) else {
                 continue;
             };
@@ -627,10 +648,32 @@ impl<S: Source> Loop<S> {
                 .patch_status(&key.1, &PatchParams::default(), &Patch::Merge(&patch))
                 .await;
             self.metrics.status_write(result.is_ok());
-            if let Err(e) = result {
-                tracing::warn!(trigger = %format!("{}/{}", key.0, key.1), error = %e, "writing status failed");
+            match result {
+                Err(e) => {
+                    tracing::warn!(trigger = %format!("{}/{}", key.0, key.1), error = %e, "writing status failed");
+                }
+                Ok(_) => {
+                    if let Some(p) = event {
+                        publish_problem(recorder, t.as_ref(), &p).await;
+                    }
+                }
             }
         }
+    }
+}
+
+/// Publishes `p` as a Warning Event on `t` (best effort: a missing permission must not hide
+/// the condition, which is already written).
+async fn publish_problem<K: Resource<DynamicType = ()>>(recorder: &Recorder, t: &K, p: &Problem) {
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: p.reason.into(),
+        note: Some(p.message.chars().take(1000).collect()),
+        action: "Validate".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &t.object_ref(&())).await {
+        tracing::warn!(reason = p.reason, error = %e, "publishing the trigger's Event failed");
     }
 }
 
@@ -689,6 +732,23 @@ mod tests {
         assert_eq!(s.functions, ["a", "b"]);
         assert_eq!(s.generation, Some(3));
         assert!(status(Some(&s), &p, &run).is_none());
+    }
+
+    #[test]
+    fn a_problem_gets_one_event_per_change() {
+        let bad = tp(Some(Problem::invalid_spec("retry.initialBackoff: banana")));
+        // First time: the Ready condition does not say it yet.
+        let e = problem_event::<St, String>(None, &bad).unwrap();
+        assert_eq!(e.reason, reasons::INVALID_SPEC);
+        assert_eq!(e.message, "retry.initialBackoff: banana");
+        // Once written, the same problem is not published again.
+        let written = status(None, &bad, &[]).unwrap();
+        assert!(problem_event(Some(&written), &bad).is_none());
+        // A different message (the user fixed one field, broke another) is a new Event.
+        let worse = tp(Some(Problem::invalid_spec("retry.maxBackoff: forever")));
+        assert!(problem_event(Some(&written), &worse).is_some());
+        // No problem, no Event.
+        assert!(problem_event(Some(&written), &tp(None)).is_none());
     }
 
     #[test]
