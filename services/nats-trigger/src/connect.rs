@@ -10,8 +10,14 @@ pub const DEFAULT_NATS_URL: &str = "nats://nats.nats-io.svc.cluster.local:4222";
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct NatsArgs {
     /// NATS server URL(s), comma separated (Kubeless's NATS_URL). Credentials in the URL
-    /// (`nats://user:pass@host:4222`) work too.
-    #[arg(long = "nats-url", env = "NATS_URL", default_value = DEFAULT_NATS_URL)]
+    /// (`nats://user:pass@host:4222`, or `nats://TOKEN@host:4222`) work too; they are taken out
+    /// of the URL before connecting, so no log line shows them.
+    #[arg(
+        long = "nats-url",
+        env = "NATS_URL",
+        default_value = DEFAULT_NATS_URL,
+        hide_env_values = true
+    )]
     pub url: String,
     /// User name (with --nats-password).
     #[arg(long = "nats-user", env = "NATS_USER", default_value = "")]
@@ -75,6 +81,12 @@ pub enum ConnectError {
         #[source]
         source: std::io::Error,
     },
+    #[error("NATS URL {url}: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error(
+        "the NATS URLs carry different credentials; give them once with --nats-user and --nats-password (or --nats-token)"
+    )]
+    MixedUrlCredentials,
     #[error("connecting to NATS at {url}")]
     Connect {
         url: String,
@@ -95,6 +107,13 @@ impl NatsArgs {
 
     /// The connect options these flags describe.
     pub async fn options(&self) -> Result<async_nats::ConnectOptions, ConnectError> {
+        self.options_with(&servers(&self.url)?.credentials).await
+    }
+
+    async fn options_with(
+        &self,
+        url_credentials: &Option<UrlCredentials>,
+    ) -> Result<async_nats::ConnectOptions, ConnectError> {
         let Self {
             url: _,
             user,
@@ -117,7 +136,14 @@ impl NatsArgs {
             None => async_nats::ConnectOptions::new(),
         };
         match (user.is_empty(), password.is_empty()) {
-            (true, true) => {}
+            // The flags win over credentials in the URL.
+            (true, true) => match url_credentials {
+                Some(UrlCredentials::UserPassword(u, p)) => {
+                    opts = opts.user_and_password(u.clone(), p.clone());
+                }
+                Some(UrlCredentials::Token(t)) if token.is_empty() => opts = opts.token(t.clone()),
+                _ => {}
+            },
             (false, false) => opts = opts.user_and_password(user.clone(), password.clone()),
             _ => return Err(ConnectError::PartialUserPassword),
         }
@@ -147,22 +173,99 @@ impl NatsArgs {
     /// Connects (returns at once when `retry_on_initial_connect` applies; the client reconnects
     /// in the background).
     pub async fn connect(&self) -> Result<async_nats::Client, ConnectError> {
-        let opts = self.options().await?;
-        let urls: Vec<String> = self
-            .url
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-            .collect();
-        let servers: Vec<async_nats::ServerAddr> =
-            urls.iter().filter_map(|u| u.parse().ok()).collect();
-        opts.connect(servers)
+        let servers = servers(&self.url)?;
+        let opts = self.options_with(&servers.credentials).await?;
+        let shown = servers.shown();
+        opts.connect(servers.addrs)
             .await
-            .map_err(|source| ConnectError::Connect {
-                url: self.url.clone(),
-                source,
-            })
+            .map_err(|source| ConnectError::Connect { url: shown, source })
+    }
+}
+
+/// Credentials found in the userinfo of NATS URLs (percent-decoded).
+#[derive(Clone, PartialEq, Eq)]
+enum UrlCredentials {
+    UserPassword(String, String),
+    /// `nats://TOKEN@host`: a user name alone is a token, as NATS clients read it.
+    Token(String),
+}
+
+/// The servers of `--nats-url`, without their credentials (those go into the connect options,
+/// so async-nats, which logs server addresses at debug level, never sees them).
+struct Servers {
+    addrs: Vec<async_nats::ServerAddr>,
+    credentials: Option<UrlCredentials>,
+}
+
+impl Servers {
+    /// The URLs as they may be shown in logs and errors.
+    fn shown(&self) -> String {
+        let urls: Vec<String> = self
+            .addrs
+            .iter()
+            .map(|a| a.as_url_str().to_string())
+            .collect();
+        urls.join(",")
+    }
+}
+
+fn servers(list: &str) -> Result<Servers, ConnectError> {
+    let mut addrs = Vec::new();
+    let mut credentials: Option<UrlCredentials> = None;
+    for raw in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let with_scheme = if raw.contains("://") {
+            raw.to_string()
+        } else {
+            format!("nats://{raw}")
+        };
+        let mut url = url::Url::parse(&with_scheme).map_err(|e| ConnectError::BadUrl {
+            url: redacted(raw),
+            reason: e.to_string(),
+        })?;
+        let decode = |s: &str| {
+            url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default()
+        };
+        let found = match (url.username(), url.password()) {
+            ("", None) => None,
+            (user, Some(pass)) => Some(UrlCredentials::UserPassword(decode(user), decode(pass))),
+            (token, None) => Some(UrlCredentials::Token(decode(token))),
+        };
+        if let Some(found) = found {
+            match &credentials {
+                Some(c) if *c != found => return Err(ConnectError::MixedUrlCredentials),
+                _ => credentials = Some(found),
+            }
+            // Cannot fail for the URLs that reach here (they have a host: they had userinfo).
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+        }
+        let addr = async_nats::ServerAddr::from_url(url).map_err(|e| ConnectError::BadUrl {
+            url: redacted(raw),
+            reason: e.to_string(),
+        })?;
+        addrs.push(addr);
+    }
+    Ok(Servers { addrs, credentials })
+}
+
+/// `raw` with anything between `://` and `@` replaced, for an error about a URL that did not
+/// parse (so its credentials cannot be read back).
+fn redacted(raw: &str) -> String {
+    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
+    let host_part = rest.split('/').next().unwrap_or(rest);
+    match host_part.rfind('@') {
+        Some(at) => {
+            let prefix = if scheme.is_empty() {
+                String::new()
+            } else {
+                format!("{scheme}://")
+            };
+            format!("{prefix}REDACTED@{}", &rest[at + 1..])
+        }
+        None => raw.to_string(),
     }
 }
 
@@ -170,6 +273,38 @@ impl NatsArgs {
 mod tests {
     use super::*;
     use clap::Parser;
+
+    #[test]
+    fn credentials_leave_the_urls() {
+        let s = servers("nats://alice:s%40cret@a:4222, nats://alice:s%40cret@b:4223").unwrap();
+        assert!(
+            s.credentials
+                == Some(UrlCredentials::UserPassword(
+                    "alice".into(),
+                    "s@cret".into()
+                ))
+        );
+        assert_eq!(s.shown(), "nats://a:4222,nats://b:4223");
+        for a in &s.addrs {
+            let debug = format!("{a:?}");
+            assert!(
+                !debug.contains("cret") && !debug.contains("alice"),
+                "{debug}"
+            );
+        }
+        let t = servers("tok3n@c:4222").unwrap();
+        assert!(t.credentials == Some(UrlCredentials::Token("tok3n".into())));
+        assert_eq!(t.shown(), "nats://c:4222");
+        assert!(matches!(
+            servers("nats://a:b@x:1,nats://c:d@y:2"),
+            Err(ConnectError::MixedUrlCredentials)
+        ));
+        let Err(e) = servers("nats://u:pw@ho st:1") else {
+            panic!("a space in the host is refused")
+        };
+        assert!(!e.to_string().contains("pw"), "{e}");
+        assert_eq!(redacted("nats://u:pw@h:1/x"), "nats://REDACTED@h:1/x");
+    }
 
     #[derive(Parser)]
     struct Cli {

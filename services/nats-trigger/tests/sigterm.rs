@@ -105,3 +105,79 @@ async fn sigterm_exits_promptly_with_nats_up_or_unreachable() {
     }
     cluster.shutdown().await;
 }
+
+/// Credentials in `NATS_URL` authenticate (the server refuses anyone else), and the password
+/// shows in no log line even at debug level, where the NATS client logs the server's address.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_credentials_work_and_never_reach_the_log() {
+    const PASSWORD: &str = "pw-9f3b1c";
+    let TestCluster {
+        cluster,
+        client,
+        dir,
+    } = TestCluster::start(None).await;
+    let server = NatsServer::start_with_user("alice", PASSWORD);
+    let f1 = RecordingFunction::echo().await;
+    register_function(&client, "f1", json!({"app": "orders"}), "10", f1.addr).await;
+    create_trigger(
+        &client,
+        "orders",
+        json!({"topic": "orders", "functionSelector": {"matchLabels": {"app": "orders"}}}),
+        json!(null),
+    )
+    .await;
+    let with_user = server
+        .url
+        .replacen("nats://", &format!("nats://alice:{PASSWORD}@"), 1);
+    let c = ServiceProcess::start(
+        "nats-trigger",
+        dir.path(),
+        "debug",
+        &[
+            (
+                "KUBECONFIG",
+                cluster.kubeconfig_path().display().to_string(),
+            ),
+            ("NATS_URL", with_user),
+            ("KUBELESS_ADMIN_ADDR", "127.0.0.1:0".into()),
+            ("KUBELESS_ENDPOINT_RESOLUTION", "endpointslices".into()),
+            ("KUBELESS_LOG_LEVEL", "debug".into()),
+        ],
+    );
+    wait_ready(&client, "orders").await;
+    let publisher =
+        async_nats::ConnectOptions::with_user_and_password("alice".into(), PASSWORD.into())
+            .connect(&server.url)
+            .await
+            .unwrap();
+    publisher.publish("orders", "m1".into()).await.unwrap();
+    publisher.flush().await.unwrap();
+    eventually("the message delivered", Duration::from_secs(30), || async {
+        (f1.count() == 1).then_some(())
+    })
+    .await;
+    // A wrong password is refused by this server: the URL's credentials were really used.
+    assert!(
+        async_nats::ConnectOptions::with_user_and_password("alice".into(), "wrong".into())
+            .connect(&server.url)
+            .await
+            .is_err()
+    );
+    let log = std::fs::read_to_string(&c.log).unwrap();
+    // The NATS client's own debug lines name the server (so they would have shown the
+    // password had it stayed in the URL).
+    let port = server.url.rsplit(':').next().unwrap();
+    assert!(
+        log.lines().any(|l| l.contains("async_nats") && l.contains(port)),
+        "the NATS client's debug lines with the server address are in the log:\n{log}"
+    );
+    assert!(
+        !log.contains(PASSWORD),
+        "the NATS password appears in the log:\n{}",
+        log.lines()
+            .filter(|l| l.contains(PASSWORD))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    c.terminate(LIMIT);
+}

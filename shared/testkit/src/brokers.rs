@@ -232,9 +232,20 @@ fn nats_command(port: u16, store: &std::path::Path) -> Command {
 
 impl NatsServer {
     pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// A server that accepts only this user and password (`--user`, `--pass`).
+    pub fn start_with_user(user: &str, password: &str) -> Self {
+        Self::start_with(&["--user", user, "--pass", password])
+    }
+
+    fn start_with(extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let (child, addr) = start_listening("nats-server", Duration::from_secs(10), |port| {
-            nats_command(port, dir.path())
+            let mut cmd = nats_command(port, dir.path());
+            cmd.args(extra);
+            cmd
         });
         Self {
             child,
