@@ -217,7 +217,22 @@ def _await_function():
     return True
 
 
+def _one_write_per_line():
+    """Function output reaches the shared container log one whole line per write.
+
+    PYTHONUNBUFFERED (which the proxy sets, so nothing is lost when a worker dies) makes print()
+    write each argument, separator and newline on its own, and the workers share one stdout: two
+    workers' pieces interleaved into one line. Line buffering keeps a line's pieces together and
+    still writes each line as soon as it ends."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True, write_through=False)
+        except (AttributeError, ValueError):
+            pass
+
+
 def main():
+    _one_write_per_line()
     if os.environ.get("KUBELESS_WORKER_STANDBY") and not _await_function():
         return 0
     sock_path = os.environ.get("KUBELESS_WORKER_SOCKET")

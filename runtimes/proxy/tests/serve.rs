@@ -855,3 +855,51 @@ async fn without_an_otlp_endpoint_the_callers_traceparent_passes_through() {
     assert_eq!(v["header"], tp);
     assert_eq!(v["context"], tp);
 }
+
+/// Four Python workers printing at once: every line of the log is one whole `print`, never two
+/// workers' pieces in one line (PYTHONUNBUFFERED alone wrote each argument separately).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_print_lines_never_interleave() {
+    let rt = Runtime::start(
+        Lang::Python,
+        Opts {
+            handler: "shout",
+            workers: 4,
+            ..Opts::default()
+        },
+    )
+    .await;
+    let (calls, senders) = (1500, 30);
+    let mut tasks = tokio::task::JoinSet::new();
+    for s in 0..senders {
+        let (c, url) = (client(), rt.url("/"));
+        tasks.spawn(async move {
+            for i in (s..calls).step_by(senders) {
+                let r = c.post(&url).body(format!("e{i}")).send().await.unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let mut events = 0;
+    let log = rt.stdout();
+    let padding = "x".repeat(200);
+    for line in log
+        .lines()
+        .filter(|l| l.contains("EVENT") || l.contains("END"))
+    {
+        let parts: Vec<&str> = line.split(' ').collect();
+        assert!(
+            parts.len() == 5
+                && parts[0] == "EVENT"
+                && parts[2] == padding
+                && parts[3] == "END"
+                && parts[1] == parts[4],
+            "a line holds one print, whole: {line:?}"
+        );
+        events += 1;
+    }
+    assert_eq!(events, calls, "every print is a line of its own");
+}

@@ -168,7 +168,8 @@ async fn url_credentials_work_and_never_reach_the_log() {
     // password had it stayed in the URL).
     let port = server.url.rsplit(':').next().unwrap();
     assert!(
-        log.lines().any(|l| l.contains("async_nats") && l.contains(port)),
+        log.lines()
+            .any(|l| l.contains("async_nats") && l.contains(port)),
         "the NATS client's debug lines with the server address are in the log:\n{log}"
     );
     assert!(
