@@ -1,6 +1,6 @@
 //! Cold start of a function scaled to zero, beside the warm call, measured in the same run:
 //! devcluster with process pods, the function-controller and nats-trigger binaries, a Python
-//! and a Node.js function with scale to zero (`idleAfter: 2s`; activity is written every second while calls flow). A NATS request through the
+//! and a Node.js function with scale to zero (`idleAfter: 3s`; activity is written every second while calls flow). A NATS request through the
 //! trigger is the call: the trigger holds it while the function wakes, so its latency is zero
 //! to first answer. Prints p50 and p99 over `COLD_START_WAKES` wakes (default 20) and over
 //! `COLD_START_WARM` warm calls (default 200).
@@ -80,7 +80,7 @@ async fn main() {
     let functions = [("py", "python3.11", PYTHON), ("node", "nodejs20", NODE)];
     let mut rows = Vec::new();
     for (name, runtime, code) in functions {
-        let mut f = function(name, runtime, code, "2s");
+        let mut f = function(name, runtime, code, "3s");
         f.metadata
             .labels
             .get_or_insert_with(Default::default)

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{
     EndpointAddress, EndpointPort, EndpointSubset, Endpoints, ObjectReference, Pod, Service,
 };
@@ -217,50 +218,86 @@ fn has_selector(svc: &Service) -> bool {
         .is_some_and(|s| !s.is_empty())
 }
 
-/// One pass: write what differs, delete what no Service wants any more.
+/// Writes and deletions in flight at once in a pass: a burst of deleted Services (hundreds of
+/// stale objects) must not hold back the Endpoints of a Service created meanwhile.
+const CONCURRENT_WRITES: usize = 16;
+
+/// One change a pass makes.
+enum Op {
+    Endpoints(String, Endpoints),
+    Slice(String, EndpointSlice),
+    DeleteEndpoints(String, String),
+    DeleteSlice(String, String),
+}
+
+/// One pass: write what differs, then delete what no Service wants any more. The writes come
+/// first and everything runs [`CONCURRENT_WRITES`] at a time, so a new Service's Endpoints do
+/// not queue behind the deletion of many old ones.
 pub async fn reconcile_all(ctx: Arc<Ctx>) -> Result<()> {
     let pods = ctx.stores.pods.state();
     let services = ctx.stores.services.state();
     let mut wanted_eps: std::collections::HashSet<(String, String)> = Default::default();
     let mut wanted_slices: std::collections::HashSet<(String, String)> = Default::default();
+    let mut ops = Vec::new();
     for svc in services.iter().filter(|s| has_selector(s)) {
         let (ns, name) = ns_name(svc.as_ref());
-        wanted_eps.insert((ns.clone(), name.clone()));
-        let eps = compute_endpoints(svc, &pods);
-        if let Err(e) = write_endpoints(&ctx, &ns, eps).await {
-            tracing::warn!(%ns, service = %name, error = %e, "writing Endpoints failed");
-        }
+        wanted_eps.insert((ns.clone(), name));
+        ops.push(Op::Endpoints(ns.clone(), compute_endpoints(svc, &pods)));
         for slice in compute_slices(svc, &pods) {
-            let slice_name = slice.name_any();
-            wanted_slices.insert((ns.clone(), slice_name));
-            if let Err(e) = write_slice(&ctx, &ns, slice).await {
-                tracing::warn!(%ns, service = %name, error = %e, "writing EndpointSlice failed");
-            }
+            wanted_slices.insert((ns.clone(), slice.name_any()));
+            ops.push(Op::Slice(ns.clone(), slice));
         }
     }
     for eps in ctx.stores.endpoints.state() {
         let key = ns_name(eps.as_ref());
         if !wanted_eps.contains(&key) {
-            let api: Api<Endpoints> = Api::namespaced(ctx.client.clone(), &key.0);
-            match api.delete(&key.1, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => tracing::warn!(error = %e, "deleting stale Endpoints failed"),
-            }
+            ops.push(Op::DeleteEndpoints(key.0, key.1));
         }
     }
     for slice in ctx.stores.slices.state() {
         let key = ns_name(slice.as_ref());
         if !wanted_slices.contains(&key) {
-            let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &key.0);
-            match api.delete(&key.1, &DeleteParams::default()).await {
+            ops.push(Op::DeleteSlice(key.0, key.1));
+        }
+    }
+    futures::stream::iter(ops)
+        .for_each_concurrent(CONCURRENT_WRITES, |op| run(&ctx, op))
+        .await;
+    Ok(())
+}
+
+/// Carries out one change; failures are logged, and the next pass tries again.
+async fn run(ctx: &Ctx, op: Op) {
+    match op {
+        Op::Endpoints(ns, eps) => {
+            let service = eps.name_any();
+            if let Err(e) = write_endpoints(ctx, &ns, eps).await {
+                tracing::warn!(%ns, %service, error = %e, "writing Endpoints failed");
+            }
+        }
+        Op::Slice(ns, slice) => {
+            let name = slice.name_any();
+            if let Err(e) = write_slice(ctx, &ns, slice).await {
+                tracing::warn!(%ns, slice = %name, error = %e, "writing EndpointSlice failed");
+            }
+        }
+        Op::DeleteEndpoints(ns, name) => {
+            let api: Api<Endpoints> = Api::namespaced(ctx.client.clone(), &ns);
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => tracing::warn!(error = %e, "deleting stale Endpoints failed"),
+            }
+        }
+        Op::DeleteSlice(ns, name) => {
+            let api: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), &ns);
+            match api.delete(&name, &DeleteParams::default()).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {}
                 Err(e) => tracing::warn!(error = %e, "deleting stale EndpointSlice failed"),
             }
         }
     }
-    Ok(())
 }
 
 async fn write_endpoints(ctx: &Ctx, ns: &str, mut eps: Endpoints) -> Result<()> {

@@ -149,3 +149,124 @@ async fn a_pod_start_does_not_wait_behind_200_deletions() {
     );
     h.stop().await;
 }
+
+/// A Service with a selector and no pods (its Endpoints and EndpointSlice are still written,
+/// empty).
+fn service(name: &str, app: &str) -> k8s_openapi::api::core::v1::Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"app": app}, "ports": [{"port": 8080}]}
+    }))
+    .unwrap()
+}
+
+/// Creates Service `name` and returns how long until the endpoints controller wrote its
+/// Endpoints.
+async fn time_to_endpoints(client: &Client, name: &str) -> Duration {
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), NS);
+    let eps: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(client.clone(), NS);
+    let t0 = Instant::now();
+    svcs.create(&PostParams::default(), &service(name, name))
+        .await
+        .unwrap();
+    eventually(&format!("Endpoints of {name}"), 60, || async {
+        eps.get_opt(name).await.ok().flatten()
+    })
+    .await;
+    t0.elapsed()
+}
+
+/// 200 Services select one pod; the pod's Deployment and the Services are deleted at once, so
+/// the endpoints controller has 200 Endpoints and 200 slices to rewrite (the pod terminating)
+/// and then to delete. That must not hold back the Endpoints of a Service created meanwhile (one
+/// sequential pass over everything made new functions wait 36-40 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_endpoints_do_not_wait_behind_200_deleted_services() {
+    let h = start(Ipv4Addr::new(127, 52, 0, 0), |c| {
+        c.max_grace_period = Duration::from_secs(2);
+    })
+    .await;
+    let deps: Api<Deployment> = Api::namespaced(h.client.clone(), NS);
+    deps.create(&PostParams::default(), &deployment("shared", "shared-pod"))
+        .await
+        .unwrap();
+    let client = h.client.clone();
+    let svcs: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), NS);
+    let eps: Api<k8s_openapi::api::core::v1::Endpoints> = Api::namespaced(client.clone(), NS);
+    let baseline = time_to_endpoints(&client, "probe-idle").await;
+    futures::stream::iter(0..BULK)
+        .map(|i| {
+            let svcs = svcs.clone();
+            async move {
+                svcs.create(
+                    &PostParams::default(),
+                    &service(&format!("bulk-{i}"), "shared"),
+                )
+                .await
+                .unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    eventually(
+        "200 Endpoints with the shared pod's address",
+        180,
+        || async {
+            let list = eps.list(&ListParams::default()).await.ok()?.items;
+            let filled = list
+                .iter()
+                .filter(|e| {
+                    e.metadata
+                        .name
+                        .as_deref()
+                        .unwrap_or("")
+                        .starts_with("bulk-")
+                        && e.subsets.as_ref().is_some_and(|s| {
+                            s.iter()
+                                .any(|s| s.addresses.as_ref().is_some_and(|a| !a.is_empty()))
+                        })
+                })
+                .count();
+            (filled == BULK).then_some(())
+        },
+    )
+    .await;
+    deps.delete("shared", &DeleteParams::default())
+        .await
+        .unwrap();
+    futures::stream::iter(0..BULK)
+        .map(|i| {
+            let svcs = svcs.clone();
+            async move {
+                svcs.delete(&format!("bulk-{i}"), &DeleteParams::default())
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let during = time_to_endpoints(&client, "probe-busy").await;
+    eprintln!(
+        "new Endpoints: {during:?} with {BULK} Services' Endpoints and slices being deleted; \
+         {baseline:?} with nothing in flight (same run)"
+    );
+    assert!(
+        during < START_BOUND,
+        "a new Service's Endpoints waited {during:?} behind deletions (baseline {baseline:?})"
+    );
+    eventually("the stale Endpoints deleted", 120, || async {
+        let n = eps.list(&ListParams::default()).await.ok()?.items;
+        n.iter()
+            .all(|e| {
+                !e.metadata
+                    .name
+                    .as_deref()
+                    .unwrap_or("")
+                    .starts_with("bulk-")
+            })
+            .then_some(())
+    })
+    .await;
+}

@@ -3,6 +3,9 @@
 /// Why a reconcile (or the controller) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The flags contradict each other.
+    #[error("invalid settings")]
+    Settings(#[source] kubeless_api::Error),
     /// Server-side apply of a child object failed.
     #[error("applying {kind} {namespace}/{name} failed")]
     Apply {
@@ -112,6 +115,7 @@ impl Error {
             Self::Config { .. } => "ConfigFailed",
             Self::Client(_) => "ClientFailed",
             Self::Warm(_) => "WarmPoolFailed",
+            Self::Settings(_) => "InvalidSettings",
             Self::Finalizer(inner) => match inner.as_ref() {
                 F::ApplyFailed(e) | F::CleanupFailed(e) => e.metric_label(),
                 F::AddFinalizer(_) | F::RemoveFinalizer(_) => "FinalizerFailed",

@@ -116,6 +116,10 @@ pub struct ControllerArgs {
         value_parser = parse_idle
     )]
     pub scale_to_zero_idle: std::time::Duration,
+    /// The activity interval the gateway and triggers of this install write at (set it to
+    /// their `--activity-interval`): idle periods shorter than 3 times it are refused.
+    #[command(flatten)]
+    pub activity: kubeless_service::args::ActivityArgs,
     /// Build every Function into an image with its code and dependencies (the build step)
     /// unless it says otherwise; the `kubeless-config` key `enable-build-step` wins.
     #[arg(
@@ -247,6 +251,7 @@ impl Settings {
             concurrency,
             scale_to_zero,
             scale_to_zero_idle,
+            activity,
             build_step,
             build_registry,
             build_registry_secret,
@@ -271,6 +276,7 @@ impl Settings {
             scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults {
                 enabled: scale_to_zero,
                 idle_after: scale_to_zero_idle,
+                activity_interval: activity.activity_interval,
             },
             build: config::BuildSettings {
                 enabled: build_step,
@@ -293,6 +299,11 @@ pub async fn serve(ctx: kubeless_service::Context, args: ControllerArgs) -> Resu
         None => Client::try_default().await.map_err(Error::Client)?,
     };
     let settings = Settings::from_args(args, ctx.config.watch_namespace.clone());
+    // A default idle period that every Function would inherit and fail on: refuse to start.
+    settings
+        .scale_to_zero
+        .check_idle("--scale-to-zero-idle", settings.scale_to_zero.idle_after)
+        .map_err(Error::Settings)?;
     ctx.readiness.set_ready(true);
     run_controller(client, settings, &ctx.metrics, ctx.shutdown.token().clone()).await
 }

@@ -226,11 +226,31 @@ async fn idle_functions_go_to_zero_and_activity_wakes_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_scale_to_zero_is_invalid_spec() {
     let mut env = Env::start(false).await;
-    env.start_controller().await;
-    // "0s" passes the schema's duration pattern; the controller's range check refuses it.
+    // Below the schema's floor (3 s): refused at apply time, naming the field.
+    let api: kube::Api<Function> = kube::Api::namespaced(env.client.clone(), NS);
+    let err = api
+        .create(
+            &Default::default(),
+            &serde_json::from_value(function(
+                "short",
+                json!({"scaleToZero": {"enabled": true, "idleAfter": "1s"}}),
+            ))
+            .unwrap(),
+        )
+        .await
+        .expect_err("idleAfter 1s is refused by the schema");
+    let text = err.to_string();
+    assert!(
+        text.contains("spec.scaleToZero.idleAfter") && text.contains("at least 3s"),
+        "{text}"
+    );
+    // Above the floor but below 3 activity intervals of this install (the test controller
+    // writes every second: 3 s; one with 2 s intervals needs 6 s): the controller refuses it.
+    env.start_controller_with(|s| s.scale_to_zero.activity_interval = Duration::from_secs(2))
+        .await;
     env.create(function(
         "bad",
-        json!({"scaleToZero": {"enabled": true, "idleAfter": "0s"}}),
+        json!({"scaleToZero": {"enabled": true, "idleAfter": "5s"}}),
     ))
     .await;
     let f = env
@@ -243,7 +263,9 @@ async fn a_bad_scale_to_zero_is_invalid_spec() {
         .clone();
     let message = ready.message.clone().unwrap_or_default();
     assert!(
-        message.contains("scaleToZero.idleAfter") && message.contains("1s to 168h"),
+        message.contains("scaleToZero.idleAfter")
+            && message.contains("3 times the activity interval (2s)")
+            && message.contains("use 6s or more"),
         "{message}"
     );
     assert!(!ready.is_true());

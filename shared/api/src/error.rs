@@ -37,6 +37,21 @@ pub enum Error {
         /// The rejected value.
         value: String,
     },
+    /// An idle period too short for the install's activity interval (scale to zero would take
+    /// a busy function down between two activity writes).
+    #[error(
+        "{field} {idle_after:?} is shorter than 3 times the activity interval ({activity_interval:?}) at which the gateway and triggers record traffic; use {least:?} or more, or lower the install's activity interval"
+    )]
+    IdleShorterThanActivity {
+        /// The field path (or flag).
+        field: &'static str,
+        /// The idle period asked for.
+        idle_after: std::time::Duration,
+        /// The install's activity interval.
+        activity_interval: std::time::Duration,
+        /// The shortest idle period accepted.
+        least: std::time::Duration,
+    },
     /// A number or duration is outside its accepted range.
     #[error("{field} {value} is out of range: expected {range}")]
     OutOfRange {

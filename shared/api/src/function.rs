@@ -48,6 +48,7 @@ pub fn in_cluster_url(name: &str, namespace: &str, port: i32, cluster_domain: &s
     doc = "A Kubeless function: source code or image, runtime, and Deployment/Service/HPA templates.",
     validation = crate::constraints::function_name_length_rule(),
     validation = crate::constraints::function_name_format_rule(),
+    validation = crate::scale::idle_after_rule(),
     printcolumn(name = "Runtime", type_ = "string", json_path = ".spec.runtime"),
     printcolumn(name = "Handler", type_ = "string", json_path = ".spec.handler"),
     printcolumn(

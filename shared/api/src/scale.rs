@@ -40,8 +40,14 @@ pub mod reasons {
 
 /// Default idle period before a function scales to zero.
 pub const DEFAULT_IDLE_AFTER: Duration = Duration::from_secs(300);
-/// Shortest idle period accepted (shorter would scale down between two calls of a busy function).
-pub const MIN_IDLE_AFTER: Duration = Duration::from_secs(1);
+/// Shortest idle period the schema accepts: 3 times the shortest activity interval (1 s). The
+/// function-controller further refuses one shorter than 3 times the install's activity
+/// interval ([`IDLE_PER_INTERVAL`]).
+pub const MIN_IDLE_AFTER: Duration = Duration::from_secs(3);
+/// The idle period must span at least this many activity intervals: a function with steady
+/// traffic gets a write every interval, so a late write (a slow API server, a restarted
+/// trigger) still lands well inside the idle period and a busy function never goes to zero.
+pub const IDLE_PER_INTERVAL: u32 = 3;
 /// Longest idle period accepted: a week.
 pub const MAX_IDLE_AFTER: Duration = Duration::from_secs(7 * 86_400);
 
@@ -68,6 +74,19 @@ pub struct ScaleToZero {
     pub min_replicas: Option<i32>,
 }
 
+/// The CEL rule (on the Function) that refuses an `idleAfter` below [`MIN_IDLE_AFTER`] at
+/// apply time, naming the field.
+pub fn idle_after_rule() -> kube::core::Rule {
+    kube::core::Rule::new(
+        "!has(self.spec.scaleToZero) || !has(self.spec.scaleToZero.idleAfter) || \
+         duration(self.spec.scaleToZero.idleAfter) >= duration('3s')",
+    )
+    .message(
+        "scaleToZero.idleAfter must be at least 3s (and at least 3 times the install's activity interval: 30s with the default 10s)",
+    )
+    .field_path(".spec.scaleToZero.idleAfter")
+}
+
 /// The install-wide defaults the function-controller applies to Functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScaleToZeroDefaults {
@@ -75,6 +94,9 @@ pub struct ScaleToZeroDefaults {
     pub enabled: bool,
     /// Idle period of Functions without `scaleToZero.idleAfter`.
     pub idle_after: Duration,
+    /// How often the gateway and triggers write a running function's activity (their
+    /// `--activity-interval`): an idle period must span [`IDLE_PER_INTERVAL`] of them.
+    pub activity_interval: Duration,
 }
 
 impl Default for ScaleToZeroDefaults {
@@ -82,7 +104,27 @@ impl Default for ScaleToZeroDefaults {
         Self {
             enabled: false,
             idle_after: DEFAULT_IDLE_AFTER,
+            activity_interval: DEFAULT_ACTIVITY_INTERVAL,
         }
+    }
+}
+
+/// Default least time between two activity writes for a running function.
+pub const DEFAULT_ACTIVITY_INTERVAL: Duration = Duration::from_secs(10);
+
+impl ScaleToZeroDefaults {
+    /// Refuses an idle period shorter than [`IDLE_PER_INTERVAL`] activity intervals.
+    pub fn check_idle(&self, field: &'static str, idle_after: Duration) -> Result<(), Error> {
+        let least = self.activity_interval * IDLE_PER_INTERVAL;
+        if idle_after < least {
+            return Err(Error::IdleShorterThanActivity {
+                field,
+                idle_after,
+                activity_interval: self.activity_interval,
+                least,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -109,6 +151,7 @@ impl ScaleToZero {
             Some(s) => parse_idle_after(s)?,
             None => defaults.idle_after,
         };
+        defaults.check_idle("scaleToZero.idleAfter", idle_after)?;
         let min_replicas = field.and_then(|f| f.min_replicas);
         if let Some(n) = min_replicas
             && !(1..=crate::constraints::MAX_REPLICAS as i32).contains(&n)
@@ -133,7 +176,7 @@ pub fn parse_idle_after(s: &str) -> Result<Duration, Error> {
         return Err(Error::OutOfRange {
             field: "scaleToZero.idleAfter",
             value: s.to_string(),
-            range: "1s to 168h",
+            range: "3s to 168h",
         });
     }
     Ok(d)
@@ -195,6 +238,7 @@ mod tests {
         let on = ScaleToZeroDefaults {
             enabled: true,
             idle_after: Duration::from_secs(60),
+            ..Default::default()
         };
         let off = ScaleToZeroDefaults::default();
         assert_eq!(ScaleToZero::effective(None, off).unwrap(), None);
@@ -240,6 +284,41 @@ mod tests {
             };
             assert!(ScaleToZero::effective(Some(&f), on).is_err(), "{n}");
         }
+    }
+
+    #[test]
+    fn idle_periods_span_three_activity_intervals() {
+        let on = ScaleToZeroDefaults {
+            enabled: true,
+            ..Default::default()
+        };
+        let with = |idle: &str| {
+            let f = ScaleToZero {
+                idle_after: Some(idle.into()),
+                ..Default::default()
+            };
+            ScaleToZero::effective(Some(&f), on)
+        };
+        // The default interval is 10 s: 30 s is the least.
+        assert!(with("30s").is_ok());
+        let e = with("29s").unwrap_err().to_string();
+        assert!(
+            e.contains("scaleToZero.idleAfter") && e.contains("(10s)") && e.contains("use 30s"),
+            "{e}"
+        );
+        // A faster install accepts shorter periods.
+        let fast = ScaleToZeroDefaults {
+            activity_interval: Duration::from_secs(1),
+            ..on
+        };
+        assert!(fast.check_idle("x", Duration::from_secs(3)).is_ok());
+        assert!(fast.check_idle("x", Duration::from_millis(2999)).is_err());
+        // The install's own default is checked the same way.
+        let bad_default = ScaleToZeroDefaults {
+            idle_after: Duration::from_secs(10),
+            ..on
+        };
+        assert!(ScaleToZero::effective(None, bad_default).is_err());
     }
 
     #[test]

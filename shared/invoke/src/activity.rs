@@ -54,6 +54,22 @@ struct Entry {
     /// A wake-up was written for the current stay at zero.
     wake_sent: bool,
     writing: bool,
+    /// The latest traffic not yet written (it came within the interval after a write).
+    pending: Option<k8s_openapi::jiff::Timestamp>,
+    /// A trailing write of `pending` is scheduled for the end of the interval.
+    flush_scheduled: bool,
+}
+
+/// What a call or event for a function asks of the writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// Nothing: no scale to zero, no client, or a write already covers it.
+    Nothing,
+    /// Write now (`true`: a wake-up for a function at zero).
+    Write(bool),
+    /// Write this traffic's time once the current interval ends, so the annotation reflects
+    /// the whole interval's traffic rather than only its first call.
+    Trailing(Duration),
 }
 
 impl Entry {
@@ -64,6 +80,8 @@ impl Entry {
             last_write: None,
             wake_sent: false,
             writing: false,
+            pending: None,
+            flush_scheduled: false,
         }
     }
 }
@@ -210,54 +228,89 @@ impl Activity {
     /// [`record`](Self::record), and whether the caller should hold its call (scale to zero is
     /// on and no replica is ready): then [`wait_ready`](Self::wait_ready). One lookup.
     pub fn note(self: &Arc<Self>, namespace: &str, name: &str) -> bool {
-        let Some((hold, wake)) = self.with(namespace, name, |e| {
+        let Some((hold, due)) = self.with(namespace, name, |e| {
             let hold = e.state != ScaleState::Off && !*e.ready.borrow();
             (hold, self.due(e))
         }) else {
             return false;
         };
-        if let Some(wake) = wake {
-            self.write(namespace, name, wake);
-        }
+        self.act(namespace, name, due);
         hold
     }
 
     /// Notes a call or event for the function: writes the activity annotation when due, and
     /// at once when the function is at zero. Never waits; the write runs in the background.
     pub fn record(self: &Arc<Self>, namespace: &str, name: &str) {
-        if let Some(Some(wake)) = self.with(namespace, name, |e| self.due(e)) {
-            self.write(namespace, name, wake);
+        if let Some(due) = self.with(namespace, name, |e| self.due(e)) {
+            self.act(namespace, name, due);
         }
     }
 
-    /// Whether a write is due for the entry (`Some(is_wake)`), marking it in progress.
-    fn due(&self, e: &mut Entry) -> Option<bool> {
-        if self.client.is_none() || e.writing {
-            return None;
+    /// What the entry needs for one more call or event, marking a write in progress or a
+    /// trailing write scheduled.
+    fn due(&self, e: &mut Entry) -> Due {
+        if self.client.is_none() {
+            return Due::Nothing;
         }
         let wake = match e.state {
-            ScaleState::Off => return None,
-            ScaleState::AtZero if e.wake_sent => return None,
+            ScaleState::Off => return Due::Nothing,
+            ScaleState::AtZero if e.wake_sent || e.writing => return Due::Nothing,
             ScaleState::AtZero => true,
             ScaleState::Active => {
-                if e.last_write.is_some_and(|t| t.elapsed() < self.interval) {
-                    return None;
+                let since = e.last_write.map(|t| t.elapsed());
+                match since {
+                    Some(since) if since < self.interval || e.writing => {
+                        e.pending = Some(k8s_openapi::jiff::Timestamp::now());
+                        if e.flush_scheduled {
+                            return Due::Nothing;
+                        }
+                        e.flush_scheduled = true;
+                        return Due::Trailing(self.interval.saturating_sub(since));
+                    }
+                    _ if e.writing => return Due::Nothing,
+                    _ => false,
                 }
-                false
             }
         };
         e.writing = true;
-        Some(wake)
+        e.pending = None;
+        Due::Write(wake)
     }
 
-    fn write(self: &Arc<Self>, namespace: &str, name: &str, wake: bool) {
+    fn act(self: &Arc<Self>, namespace: &str, name: &str, due: Due) {
+        match due {
+            Due::Nothing => {}
+            Due::Write(wake) => self.write(namespace, name, wake, activity_now()),
+            Due::Trailing(after) => {
+                let this = Arc::clone(self);
+                let (ns, name) = (namespace.to_string(), name.to_string());
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let value = this.with(&ns, &name, |e| {
+                        e.flush_scheduled = false;
+                        if e.state != ScaleState::Active || e.writing {
+                            return None;
+                        }
+                        let ts = e.pending.take()?;
+                        e.writing = true;
+                        Some(ts.to_string())
+                    });
+                    if let Some(Some(value)) = value {
+                        this.write(&ns, &name, false, value);
+                    }
+                });
+            }
+        }
+    }
+
+    fn write(self: &Arc<Self>, namespace: &str, name: &str, wake: bool, value: String) {
         let Some(client) = self.client.clone() else {
             return;
         };
         let this = Arc::clone(self);
         let (ns, name) = (namespace.to_string(), name.to_string());
         tokio::spawn(async move {
-            let result = write_activity(&client, &ns, &name, &activity_now()).await;
+            let result = write_activity(&client, &ns, &name, &value).await;
             let ok = result.is_ok();
             if let Err(e) = result {
                 tracing::warn!(namespace = ns, function = name, error = %e, wake, "recording function activity failed");
@@ -346,6 +399,45 @@ mod tests {
         }
         f.status = Some(status);
         f
+    }
+
+    #[tokio::test]
+    async fn traffic_within_the_interval_is_written_when_it_ends() {
+        // A client that reaches nothing: only the bookkeeping is under test here.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let a = Activity::new(
+            kube::Client::try_from(config).unwrap(),
+            Duration::from_secs(10),
+        );
+        a.observe(&function(Some(false), 1));
+        let due = |a: &Activity| a.with("ns", "f", |e| a.due(e)).unwrap();
+        // First traffic: written at once.
+        assert_eq!(due(&a), Due::Write(false));
+        a.with("ns", "f", |e| {
+            e.writing = false;
+            e.last_write = Some(Instant::now());
+        });
+        // More traffic inside the interval: one trailing write, at the interval's end, of
+        // the latest traffic's time.
+        let Due::Trailing(after) = due(&a) else {
+            panic!("a trailing write is scheduled")
+        };
+        assert!(after <= Duration::from_secs(10) && after > Duration::from_secs(9));
+        let first = a.with("ns", "f", |e| e.pending).unwrap().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(due(&a), Due::Nothing, "already scheduled");
+        let latest = a.with("ns", "f", |e| e.pending).unwrap().unwrap();
+        assert!(
+            latest > first,
+            "the pending time follows the latest traffic"
+        );
+        // A function at zero is woken at once, whatever the interval.
+        a.observe(&function(Some(true), 0));
+        assert_eq!(due(&a), Due::Write(true));
+        // Off: nothing, ever.
+        a.observe(&function(None, 1));
+        a.with("ns", "f", |e| e.writing = false);
+        assert_eq!(due(&a), Due::Nothing);
     }
 
     #[tokio::test]

@@ -173,13 +173,29 @@ impl Env {
 
     /// Starts the controller in-process, on a client that counts its writes.
     pub async fn start_controller(&mut self) {
+        self.start_controller_with(|_| {}).await;
+    }
+
+    /// [`start_controller`](Self::start_controller) with settings changed by `change`.
+    pub async fn start_controller_with(
+        &mut self,
+        change: impl FnOnce(&mut function_controller::Settings),
+    ) {
         assert!(self.controller.is_none(), "controller already running");
         let client = counting_client(&self.kubeconfig(), &self.writes).await;
         let token = CancellationToken::new();
         let settings = function_controller::Settings {
             listen_on_pod_ip: true,
+            // The tests' idle periods are seconds long: activity as the test services write it
+            // (every second), so 3 s idle periods are accepted.
+            scale_to_zero: kubeless_api::scale::ScaleToZeroDefaults {
+                activity_interval: Duration::from_secs(1),
+                ..Default::default()
+            },
             ..function_controller::Settings::default()
         };
+        let mut settings = settings;
+        change(&mut settings);
         let t = token.clone();
         let handle = tokio::spawn(async move {
             let metrics = kubeless_service::Metrics::new("kubeless");

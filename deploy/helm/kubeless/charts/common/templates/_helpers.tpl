@@ -243,6 +243,8 @@ spec:
               value: {{ .Values.global.functionsNamespace | quote }}
             - name: OTEL_EXPORTER_OTLP_ENDPOINT
               value: {{ .Values.global.otlpEndpoint | quote }}
+            - name: KUBELESS_ACTIVITY_INTERVAL
+              value: {{ .Values.global.activityInterval | default "10s" | quote }}
             - name: KUBELESS_LEADER_ELECT
               value: {{ gt (int (.Values.replicas | default 1)) 1 | quote }}
             - name: POD_NAME
