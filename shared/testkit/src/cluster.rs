@@ -240,8 +240,13 @@ pub async fn create<K: Namespaced>(client: &Client, object: &K) -> K {
 /// Waits (60 s at most) until the object `name` of kind `K` in [`NS`] has the condition
 /// Ready=True (a trigger's status); returns it.
 pub async fn wait_ready<K: Namespaced>(client: &Client, name: &str) -> K {
-    let api: Api<K> = Api::namespaced(client.clone(), NS);
-    let what = format!("{} {name} Ready", K::kind(&()));
+    wait_ready_in(client, NS, name).await
+}
+
+/// [`wait_ready`] in namespace `ns`.
+pub async fn wait_ready_in<K: Namespaced>(client: &Client, ns: &str, name: &str) -> K {
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    let what = format!("{} {ns}/{name} Ready", K::kind(&()));
     crate::eventually(&what, std::time::Duration::from_secs(60), || async {
         let object = api.get(name).await.ok()?;
         let v = serde_json::to_value(&object).ok()?;

@@ -24,7 +24,7 @@ pub use brokers::{MOTO_REGION, Moto, NatsServer, RedisServer, Tansu, seq_less};
 pub use brokers::{create_stream, put_record, read_stream};
 pub use cluster::{
     NS, Namespaced, TestCluster, TestDir, create, create_aws_secret, invalid_spec_reported,
-    loosened_crd, register_function, wait_ready,
+    loosened_crd, register_function, wait_ready, wait_ready_in,
 };
 pub use function::{Received, RecordingFunction, Reply};
 pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};
