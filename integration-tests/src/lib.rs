@@ -45,9 +45,10 @@ pub fn yaml_documents(text: &str) -> Result<Vec<serde_json::Value>, serde_yaml_n
 /// every test that applies the chart applies it in that one order. Panics with how to install
 /// helm-python-sdk when rendering fails.
 pub fn render_chart(values: &serde_json::Value, namespace: &str) -> Vec<serde_json::Value> {
-    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("a temporary directory: {e}"));
     let file = dir.path().join("values.json");
-    std::fs::write(&file, values.to_string()).expect("writing the values file");
+    std::fs::write(&file, values.to_string())
+        .unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
     let out = std::process::Command::new("python3")
         .current_dir(repo_root())
         .arg("deploy/helm/render.py")
@@ -61,13 +62,14 @@ pub fn render_chart(values: &serde_json::Value, namespace: &str) -> Vec<serde_js
         ])
         .arg(&file)
         .output()
-        .expect("python3 must be installed");
+        .unwrap_or_else(|e| panic!("python3 must be installed: {e}"));
     assert!(
         out.status.success(),
         "rendering the chart failed (needs `pip install helm-python-sdk pyyaml`, which scripts/test.sh does):\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    yaml_documents(&String::from_utf8_lossy(&out.stdout)).expect("render.py prints YAML")
+    yaml_documents(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|e| panic!("render.py printed YAML that does not parse: {e}"))
 }
 
 /// Helm's install order by kind (`InstallOrder` of Helm's kind sorter; deploy/helm/render.py
