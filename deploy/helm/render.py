@@ -6,7 +6,9 @@ Usage: render.py OUT_DIR
 
 The second form is `helm template` for a machine without the helm binary: it prints the chart's
 objects (not its CRDs, as `helm template` without --include-crds) rendered by the real Helm engine
-with those values, for `kubectl apply -f -`. docs/helm.md uses it.
+with those values, for `kubectl apply -f -`. docs/helm.md uses it. Both forms put the objects in
+Helm's install order by kind (ServiceAccounts, RBAC, ConfigMaps and Services before Deployments),
+as `helm install` creates them.
 
 Writes OUT_DIR/<case>.yaml for every case below and OUT_DIR/crds.yaml with the chart's CRDs,
 then prints a JSON summary. The Rust test integration-tests/tests/helm_chart.rs runs this and
@@ -155,11 +157,43 @@ def replay(command):
     return name, namespace, values
 
 
+# Helm's install order by kind (InstallOrder in helm.sh/helm/v4 pkg/release/v1/util/kind_sorter.go):
+# `helm install` creates objects in this order, so a ServiceAccount, its Role and RoleBinding and
+# the ConfigMaps exist before the Deployment whose pods use them. Unknown kinds go last, by kind.
+INSTALL_ORDER = [
+    "PriorityClass", "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange",
+    "PodSecurityPolicy", "PodDisruptionBudget", "ServiceAccount", "Secret", "SecretList",
+    "ConfigMap", "StorageClass", "PersistentVolume", "PersistentVolumeClaim",
+    "CustomResourceDefinition", "ClusterRole", "ClusterRoleList", "ClusterRoleBinding",
+    "ClusterRoleBindingList", "Role", "RoleList", "RoleBinding", "RoleBindingList", "Service",
+    "DaemonSet", "Pod", "ReplicationController", "ReplicaSet", "Deployment",
+    "HorizontalPodAutoscaler", "StatefulSet", "Job", "CronJob", "IngressClass", "Ingress",
+    "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+]
+
+
+def install_order(docs):
+    """Sorts YAML documents (text) as Helm does before installing: by file path (the caller's
+    order), then stably by kind in INSTALL_ORDER."""
+    def key(text):
+        kind = (yaml.safe_load(text) or {}).get("kind", "")
+        if kind in INSTALL_ORDER:
+            return (INSTALL_ORDER.index(kind), "")
+        return (len(INSTALL_ORDER), kind)
+    return sorted(docs, key=key)
+
+
+def split_documents(text):
+    return [d for d in re.split(r"^---[ \t]*$", text, flags=re.M) if yaml.safe_load(d) is not None]
+
+
 def render(values, name="kubeless", namespace="kubeless"):
     # A fresh load per case: rendering prunes disabled subcharts from the loaded chart in place.
     chart = helm_python.Chart.load(str(CHART))
     rendered = chart.render(values=values, name=name, namespace=namespace, is_install=True)
-    return [text for path, text in sorted(rendered.items()) if path.endswith((".yaml", ".yml")) and text.strip()]
+    docs = [d.strip("\n") for path, text in sorted(rendered.items())
+            if path.endswith((".yaml", ".yml")) for d in split_documents(text)]
+    return install_order(docs)
 
 
 def template(args):

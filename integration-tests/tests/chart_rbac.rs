@@ -18,11 +18,10 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use integration_tests::images::{Registry, images_sh, podman_unusable};
-use integration_tests::{repo_root, target_debug_dir, yaml_documents};
+use integration_tests::{render_chart, repo_root, target_debug_dir, yaml_documents};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ListParams, LogParams, PostParams};
@@ -78,28 +77,10 @@ fn values(nats: &str, kafka: &str, dashboard_port: u16, mode: Mode, registry: &s
     })
 }
 
-/// The chart rendered by the real Helm engine, one JSON value per object.
+/// The chart rendered by the real Helm engine, one JSON value per object, in Helm's install
+/// order (the shared [`render_chart`]).
 fn render(values: &Value) -> Vec<Value> {
-    let script = r#"
-import json, sys
-import helm_python
-chart = helm_python.Chart.load(sys.argv[1])
-out = chart.render(values=json.loads(sys.argv[2]), name="kubeless", namespace=sys.argv[3], is_install=True)
-print("\n---\n".join(t for p, t in sorted(out.items()) if p.endswith((".yaml", ".yml")) and t.strip()))
-"#;
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .arg(repo_root().join("deploy/helm/kubeless"))
-        .arg(values.to_string())
-        .arg(RELEASE_NS)
-        .output()
-        .expect("python3 must be installed");
-    assert!(
-        out.status.success(),
-        "rendering the chart failed (needs `pip install helm-python-sdk pyyaml`, which scripts/test.sh does):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    yaml_documents(&String::from_utf8_lossy(&out.stdout)).unwrap()
+    render_chart(values, RELEASE_NS)
 }
 
 /// Creates `obj` with the admin client, resolving its kind through discovery.
@@ -318,36 +299,14 @@ async fn install(objects: &[Value], mode: Mode) -> Installed {
     })
     .await;
 
-    // The chart, in the order Helm installs kinds.
-    let order = [
-        "ServiceAccount",
-        "Secret",
-        "ConfigMap",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "Role",
-        "RoleBinding",
-        "Service",
-        "Deployment",
-    ];
-    let mut kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
-    kinds.sort();
-    kinds.dedup();
-    for k in &kinds {
-        assert!(
-            order.contains(k),
-            "the test does not know how to install a {k}"
-        );
-    }
+    // The chart, in the order render.py gives: Helm's install order by kind.
     let deployments: Vec<String> = objects
         .iter()
         .filter(|o| o["kind"] == "Deployment")
         .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
         .collect();
-    for kind in order {
-        for o in objects.iter().filter(|o| o["kind"] == kind) {
-            apply(&client, &discovery, o).await;
-        }
+    for o in objects {
+        apply(&client, &discovery, o).await;
     }
 
     // Every service pod starts and passes its probes under its own ServiceAccount (pulling

@@ -14,7 +14,7 @@ use std::{
     sync::OnceLock,
 };
 
-use integration_tests::{repo_root, yaml_documents};
+use integration_tests::{helm_install_rank, render_chart, repo_root, yaml_documents};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
@@ -843,5 +843,57 @@ fn kubeless_config_describes_the_builtin_runtimes() {
     assert!(
         kubeless_config.contains(&generated.trim().replace('\n', "\n    ")),
         "the chart's catalogue and deploy/kubeless-config.yaml differ: run `cargo run -p function-controller --bin kubeless-config`"
+    );
+}
+
+/// Every case, and what the chart tests apply ([`render_chart`]), is in Helm's install order by
+/// kind: each ServiceAccount comes before any Deployment that names it, so no ReplicaSet's first
+/// pod is refused for a missing ServiceAccount.
+#[test]
+fn rendered_objects_are_in_helm_install_order() {
+    let check = |what: &str, docs: &[Value]| {
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        for pair in kinds.windows(2) {
+            assert!(
+                helm_install_rank(pair[0]) <= helm_install_rank(pair[1]),
+                "{what}: {} before {} is not Helm's install order: {kinds:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let mut deployments = 0;
+        for (i, d) in docs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d["kind"] == "Deployment")
+        {
+            deployments += 1;
+            let sa = d["spec"]["template"]["spec"]["serviceAccountName"]
+                .as_str()
+                .unwrap_or("default");
+            if sa == "default" {
+                continue;
+            }
+            let sa_at = docs
+                .iter()
+                .position(|o| o["kind"] == "ServiceAccount" && o["metadata"]["name"] == sa);
+            assert!(
+                sa_at.is_some_and(|at| at < i),
+                "{what}: Deployment {} names ServiceAccount {sa}, which is not rendered before it",
+                d["metadata"]["name"]
+            );
+        }
+        deployments
+    };
+    let mut deployments = 0;
+    for (name, docs) in &rendered().cases {
+        deployments += check(name, docs);
+    }
+    assert!(deployments > 20, "Deployments checked: {deployments}");
+    // The shared render the chart tests apply gives the same order.
+    let applied = render_chart(&serde_json::json!({"global": {}}), "kubeless");
+    assert!(
+        check("render_chart", &applied) > 0,
+        "render_chart renders Deployments"
     );
 }

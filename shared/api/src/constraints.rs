@@ -7,7 +7,7 @@
 //! ones the real server checks on those objects for the fields users set in a Function. Field
 //! constraints of our own types are schemars attributes on the types themselves.
 
-use kube::core::Rule;
+use kube::core::{Message, Reason, Rule};
 use serde_json::{Map, Value, json};
 
 /// A resource quantity (`500m`, `128Mi`, `1.5`, `2e3`), the same grammar the API server parses.
@@ -52,6 +52,17 @@ pub const OPTIONAL_SUBDOMAIN_PATTERN: &str =
 /// An Ingress host: empty, or a DNS-1123 subdomain, optionally behind a `*.` wildcard.
 pub const HOST_PATTERN: &str =
     r"^((\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$";
+/// A duration as [`crate::delivery::parse_duration`] reads it (retry backoffs, JetStream
+/// ackWait): `0`, or one or more `<number><unit>` with units `ms`, `s`, `m`, `h` (`500ms`,
+/// `1.5s`, `1m30s`); no sign, so never negative. The whole part has at most 12 digits so the
+/// sum always fits a `Duration` (with [`MAX_DURATION_LENGTH`]).
+pub const DURATION_PATTERN: &str = r"^(0|(([0-9]{1,12}(\.[0-9]*)?|\.[0-9]+)(ms|s|m|h))+)$";
+/// Longest duration string.
+pub const MAX_DURATION_LENGTH: u32 = 64;
+/// Largest value of an int32 field (what the Go types behind Kubernetes and Kubeless hold).
+pub const INT32_MAX: i64 = i32::MAX as i64;
+/// Smallest value of an int32 field.
+pub const INT32_MIN: i64 = i32::MIN as i64;
 /// Longest label value, and so longest Function name (it is the `function` label's value).
 pub const MAX_LABEL_VALUE: u64 = 63;
 
@@ -94,18 +105,27 @@ pub const HPA_BOUNDS_MESSAGE: &str =
     "an HPA with a scaleTargetRef needs maxReplicas >= 1, and minReplicas >= 1 when set";
 
 /// Function root rule: the name becomes the value of the `function` label, so at most 63
-/// characters.
+/// characters. Reported at `metadata.name` with the name in the message (a rule on the root
+/// would otherwise be reported at `<nil>`).
 pub fn function_name_length_rule() -> Rule {
-    Rule::new(format!("self.metadata.name.size() <= {MAX_LABEL_VALUE}")).message(
-        "metadata.name must be no more than 63 characters: it becomes the value of the function label",
-    )
+    Rule::new(format!("self.metadata.name.size() <= {MAX_LABEL_VALUE}"))
+        .message(Message::Expression(format!(
+            "'\"' + self.metadata.name + '\" is ' + string(self.metadata.name.size()) + \
+             ' characters: a Function name must be no more than {MAX_LABEL_VALUE}, it becomes the value of the function label'"
+        )))
+        .field_path(".metadata.name")
+        .reason(Reason::FieldValueInvalid)
 }
 
-/// Function root rule: the name becomes a Service name, so a DNS-1035 label.
+/// Function root rule: the name becomes a Service name, so a DNS-1035 label. Reported at
+/// `metadata.name` with the name in the message.
 pub fn function_name_format_rule() -> Rule {
-    Rule::new(format!("self.metadata.name.matches('{DNS1035_LABEL_PATTERN}')")).message(
-        "metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter): it becomes a Service name",
-    )
+    Rule::new(format!("self.metadata.name.matches('{DNS1035_LABEL_PATTERN}')"))
+        .message(Message::Expression(
+            "'\"' + self.metadata.name + '\" must be a DNS-1035 label (lower case letters, digits and \\'-\\', starting with a letter): a Function name becomes a Service name'".into(),
+        ))
+        .field_path(".metadata.name")
+        .reason(Reason::FieldValueInvalid)
 }
 
 /// Adds the API server's constraints to an embedded template's schema (before descriptions are
@@ -184,6 +204,14 @@ fn constrain(map: &mut Map<String, Value>, path: &[String], embedded: Embedded) 
     let integer = is_type(map, "integer");
     let string = is_type(map, "string");
     let int_or_string = map.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    // The HPA's numbers are int32 in autoscaling/v2: a larger one would be refused when the
+    // function-controller writes the HPA, long after the Function was accepted. (Only the HPA:
+    // bounding every int32 of the pod template would push the Function CRD towards the size
+    // client-side apply can keep.)
+    if integer && embedded == Embedded::Hpa && map.get("format") == Some(&json!("int32")) {
+        set(map, "minimum", INT32_MIN.into());
+        set(map, "maximum", INT32_MAX.into());
+    }
     match name {
         // Network ports. Probe and Service targetPort ports are int-or-string: the range only
         // applies to the number form.

@@ -24,17 +24,20 @@ pub const DEFAULT_MULTIPLIER: f64 = 2.0;
 pub struct RetryPolicy {
     /// Total delivery attempts including the first one (default 5). 1 disables retries.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("format" = "int32"))]
+    #[schemars(range(min = 1, max = crate::constraints::INT32_MAX), extend("format" = "int32"))]
     pub max_attempts: Option<u32>,
     /// Backoff before the second attempt, as a duration string such as `500ms`, `1s`, `1m30s`
     /// (default `1s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::DURATION_PATTERN), length(max = crate::constraints::MAX_DURATION_LENGTH))]
     pub initial_backoff: Option<String>,
     /// Upper bound of the backoff between attempts (default `60s`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::DURATION_PATTERN), length(max = crate::constraints::MAX_DURATION_LENGTH))]
     pub max_backoff: Option<String>,
     /// Factor the backoff grows by after each failed attempt (default 2.0, at least 1.0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1.0))]
     pub multiplier: Option<f64>,
 }
 

@@ -66,6 +66,7 @@ pub fn crd<K: CustomResourceExt>() -> CustomResourceDefinition {
             continue;
         };
         schema::strip_nullable(&mut value);
+        schema::declare_metadata_name(&mut value);
         if let Ok(stripped) = serde_json::from_value(value) {
             *props = stripped;
         }

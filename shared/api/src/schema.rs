@@ -247,3 +247,29 @@ pub fn preserve_object(_: &mut schemars::SchemaGenerator) -> Schema {
         "x-kubernetes-preserve-unknown-fields": true,
     })
 }
+
+/// Declares `metadata.name` (a string, nothing more) on a CRD's root schema when one of the
+/// root's CEL rules reports at `.metadata.name` through `fieldPath`: the API server refuses a
+/// CRD whose `fieldPath` names a field the schema does not declare, and the root may declare
+/// `metadata` with only `name` and `generateName`.
+pub fn declare_metadata_name(root: &mut Value) {
+    let names_metadata = root
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .is_some_and(|rules| {
+            rules.iter().any(|r| {
+                r.get("fieldPath")
+                    .and_then(Value::as_str)
+                    .is_some_and(|p| p.starts_with(".metadata."))
+            })
+        });
+    if !names_metadata {
+        return;
+    }
+    if let Some(Value::Object(props)) = root.get_mut("properties") {
+        props.insert(
+            "metadata".into(),
+            serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+        );
+    }
+}

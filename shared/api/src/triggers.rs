@@ -230,7 +230,7 @@ pub struct CronJobTriggerSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::constraints::INT32_MAX))]
     pub successful_jobs_history_limit: Option<i32>,
     /// Failed runs to keep (new; default 1).
     #[serde(
@@ -238,7 +238,7 @@ pub struct CronJobTriggerSpec {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = crate::constraints::INT32_MAX))]
     pub failed_jobs_history_limit: Option<i32>,
 }
 
@@ -387,6 +387,7 @@ pub struct JetStreamSpec {
     pub durable: Option<String>,
     /// How long the server waits for an ack before redelivering, e.g. `30s` (default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = crate::constraints::DURATION_PATTERN), length(max = crate::constraints::MAX_DURATION_LENGTH))]
     pub ack_wait: Option<String>,
 }
 
@@ -456,7 +457,7 @@ pub struct NatsTriggerSpec {
     pub jet_stream: Option<JetStreamSpec>,
     /// Messages delivered concurrently to each function (new; default 1, which keeps order).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1), extend("format" = "int32"))]
+    #[schemars(range(min = 1, max = crate::constraints::INT32_MAX), extend("format" = "int32"))]
     pub max_in_flight: Option<u32>,
 }
 

@@ -235,12 +235,19 @@ fn cel_errors(schema: &Value, result: Result<(), kube_cel::ValidationErrors>) ->
             .into_vec()
             .into_iter()
             .map(|e| {
-                let field = if e.field_path.is_empty() {
+                // A rule with `fieldPath` reports at that field, and the real server prints it
+                // without a leading dot; the value shown stays the type of the node the rule
+                // sits on (`"object"` for a rule on the root), as the real server's does.
+                let path = e.field_path.trim_start_matches('.');
+                let field = if path.is_empty() {
                     "<nil>".to_string()
                 } else {
-                    e.field_path.clone()
+                    path.to_string()
                 };
-                let ty = schema_type_at(schema, &e.field_path);
+                let node = rule_field_path(schema, &e.rule)
+                    .and_then(|fp| path.strip_suffix(fp.trim_start_matches('.')))
+                    .map_or(path, |base| base.trim_end_matches('.'));
+                let ty = schema_type_at(schema, node);
                 FieldError {
                     field,
                     kind: ErrorType::Invalid,
@@ -249,6 +256,33 @@ fn cel_errors(schema: &Value, result: Result<(), kube_cel::ValidationErrors>) ->
             })
             .collect(),
     }
+}
+
+/// The `fieldPath` of the CEL rule whose expression is `rule`, if it has one.
+fn rule_field_path<'a>(schema: &'a Value, rule: &str) -> Option<&'a str> {
+    let Value::Object(map) = schema else {
+        return None;
+    };
+    let own = map
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r.get("rule").and_then(Value::as_str) == Some(rule))
+        .and_then(|r| r.get("fieldPath"))
+        .and_then(Value::as_str);
+    own.or_else(|| {
+        map.get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flat_map(|p| p.values())
+            .chain(
+                ["items", "additionalProperties"]
+                    .iter()
+                    .filter_map(|k| map.get(*k)),
+            )
+            .find_map(|child| rule_field_path(child, rule))
+    })
 }
 
 /// The schema `type` of the node at a dotted path, for CEL error messages ("object").

@@ -355,3 +355,135 @@ fn committed_yaml_parses_back_into_the_same_crds() {
         assert_eq!(parsed, crd);
     }
 }
+
+/// CEL functions and the oldest Kubernetes minor that accepts them in a new CRD's rules (a CRD
+/// is checked against the previous minor's CEL library, so a function added in 1.N is usable
+/// from 1.N+1). Short on purpose: a function not listed fails the test below until someone
+/// looks up its version and adds it.
+const CEL_FUNCTIONS: &[(&str, u32)] = &[
+    // Standard CEL and the list, regex and strings libraries: CRD validation rules are on by
+    // default since 1.25.
+    ("has", 25),
+    ("size", 25),
+    ("matches", 25),
+    ("string", 25),
+    ("int", 25),
+    ("double", 25),
+    ("all", 25),
+    ("exists", 25),
+    ("exists_one", 25),
+    ("map", 25),
+    ("filter", 25),
+    ("startsWith", 25),
+    ("endsWith", 25),
+    ("contains", 25),
+    ("find", 25),
+    ("findAll", 25),
+    ("lowerAscii", 25),
+    ("upperAscii", 25),
+    // Kubernetes quantity library (added 1.28).
+    ("quantity", 29),
+    ("isQuantity", 29),
+    ("compareTo", 29),
+    ("isGreaterThan", 29),
+    ("isLessThan", 29),
+    // Kubernetes IP and CIDR libraries (added 1.30).
+    ("ip", 31),
+    ("cidr", 31),
+    ("isIP", 31),
+    ("isCIDR", 31),
+    // Kubernetes format library (added 1.30).
+    ("format", 31),
+];
+
+/// The oldest minor the umbrella chart claims (`kubeVersion: ">=1.N.0-0"` in Chart.yaml).
+fn chart_floor_minor() -> u32 {
+    let chart = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/helm/kubeless/Chart.yaml"),
+    )
+    .unwrap();
+    let re = regex::Regex::new(r#"(?m)^kubeVersion:\s*"?>=\s*1\.([0-9]+)\."#).unwrap();
+    re.captures(&chart)
+        .and_then(|c| c[1].parse().ok())
+        .expect("Chart.yaml has kubeVersion: \">=1.N.0-0\"")
+}
+
+fn collect_cel(node: &Value, out: &mut Vec<String>) {
+    match node {
+        Value::Object(map) => {
+            if let Some(Value::Array(rules)) = map.get("x-kubernetes-validations") {
+                for rule in rules {
+                    for key in ["rule", "messageExpression"] {
+                        if let Some(Value::String(expr)) = rule.get(key) {
+                            out.push(expr.clone());
+                        }
+                    }
+                }
+            }
+            map.values().for_each(|v| collect_cel(v, out));
+        }
+        Value::Array(list) => list.iter().for_each(|v| collect_cel(v, out)),
+        _ => {}
+    }
+}
+
+/// The names called in a CEL expression (`f(` and `.f(`), string literals left out.
+fn cel_calls(expr: &str) -> Vec<String> {
+    let strings = regex::Regex::new(r#"'(\\.|[^'\\])*'|"(\\.|[^"\\])*""#).unwrap();
+    let code = strings.replace_all(expr, "''");
+    let calls = regex::Regex::new(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(").unwrap();
+    calls
+        .captures_iter(&code)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
+#[test]
+fn cel_functions_exist_in_the_oldest_kubernetes_the_chart_claims() {
+    let floor = chart_floor_minor();
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/crds");
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let crd: Value = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut exprs = Vec::new();
+        collect_cel(&crd, &mut exprs);
+        for expr in exprs {
+            for call in cel_calls(&expr) {
+                let since = CEL_FUNCTIONS
+                    .iter()
+                    .find(|(name, _)| *name == call)
+                    .map(|(_, minor)| *minor)
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "{}: CEL function {call}() is not in CEL_FUNCTIONS; add it with the \
+                             Kubernetes minor that first accepts it in a CRD ({expr})",
+                            path.display()
+                        )
+                    });
+                assert!(
+                    since <= floor,
+                    "{}: {call}() needs Kubernetes 1.{since}, but the chart claims 1.{floor} \
+                     (deploy/helm/kubeless/Chart.yaml kubeVersion): {expr}",
+                    path.display()
+                );
+                seen.insert(call);
+            }
+        }
+    }
+    // The scan finds the calls the Function CRD is known to make.
+    for call in ["quantity", "compareTo", "matches", "size", "has"] {
+        assert!(
+            seen.contains(call),
+            "no {call}() found in deploy/crds: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn cel_call_scan_skips_string_literals() {
+    assert_eq!(
+        cel_calls("'\"' + self.x + 'label (a, b)' + string(self.y.size())"),
+        vec!["string", "size"]
+    );
+}

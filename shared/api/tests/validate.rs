@@ -167,15 +167,24 @@ fn hpa_min_above_max_is_refused_by_cel() {
 
 #[test]
 fn function_names_that_cannot_be_a_service_or_label_value() {
-    for name in ["1func", "my.func"] {
+    // The rules sit on the root but report at metadata.name, with the name in the message and
+    // without the object (a root rule would be reported at `<nil>`).
+    for name in ["1func", "my.func", "hello_world"] {
         let err = refused(&function(name, base_spec()));
-        assert!(err.to_string().contains("DNS-1035 label"), "{name}: {err}");
+        assert_field(
+            &err,
+            "metadata.name",
+            &format!("{name:?} must be a DNS-1035 label"),
+        );
+        assert!(err.to_string().len() < 400, "{name}: {err}");
+        assert!(!err.to_string().contains("<nil>"), "{name}: {err}");
     }
     let long = "f".repeat(69);
     let err = refused(&function(&long, base_spec()));
-    assert!(
-        err.to_string().contains("no more than 63 characters"),
-        "{err}"
+    assert_field(
+        &err,
+        "metadata.name",
+        "is 69 characters: a Function name must be no more than 63",
     );
     validate::function(&function(&"f".repeat(63), base_spec())).unwrap();
 }
@@ -365,4 +374,186 @@ fn measure_validation_cost() {
         let per = start.elapsed() / N;
         println!("{label}: {per:?} per Function");
     }
+}
+
+/// Every trigger field the docs call checked is refused by the schema with its field path:
+/// negative or unparsable durations, a multiplier below 1, numbers past int32.
+#[test]
+fn trigger_fields_the_docs_call_checked() {
+    let schemas: std::collections::HashMap<String, validate::CrdSchema> = kubeless_api::all()
+        .into_iter()
+        .map(|crd| {
+            let schema = serde_json::to_value(
+                crd.spec.versions[0]
+                    .schema
+                    .as_ref()
+                    .unwrap()
+                    .open_api_v3_schema
+                    .as_ref()
+                    .unwrap(),
+            )
+            .unwrap();
+            (crd.spec.names.kind, validate::CrdSchema::new(schema))
+        })
+        .collect();
+    let base = |kind: &str| -> Value {
+        let spec = match kind {
+            "CronJobTrigger" => json!({"schedule": "*/5 * * * *", "function-name": "hello"}),
+            "KafkaTrigger" | "NATSTrigger" => {
+                json!({"topic": "t", "functionSelector": {"matchLabels": {"function": "hello"}}})
+            }
+            "KinesisTrigger" => json!({"function-name": "hello", "stream": "s"}),
+            "RedisTrigger" => json!({"url": "redis://127.0.0.1:6379", "stream": "s",
+                "functionSelector": {"matchLabels": {"function": "hello"}}}),
+            other => panic!("no base for {other}"),
+        };
+        json!({"apiVersion": "kubeless.io/v1beta1", "kind": kind,
+            "metadata": {"name": "t", "namespace": "default"}, "spec": spec})
+    };
+    let check = |kind: &str, pointer: &str, value: Value, path: &str, contains: &str| {
+        let mut obj = base(kind);
+        validate_ok(&schemas[kind], &obj, kind);
+        set_pointer(&mut obj, pointer, value.clone());
+        let errors = schemas[kind].validate(&mut obj, None);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.field == path && e.detail.contains(contains)),
+            "{kind} {path} = {value}: expected an error on {path} containing {contains:?}, got {errors:?}"
+        );
+    };
+    let retry_kinds = [
+        "CronJobTrigger",
+        "KafkaTrigger",
+        "NATSTrigger",
+        "KinesisTrigger",
+        "RedisTrigger",
+    ];
+    for kind in retry_kinds {
+        for d in [
+            "-1s",
+            "forever",
+            "10",
+            "1d",
+            "1.2.3s",
+            " 1s",
+            "s",
+            "9999999999999h",
+        ] {
+            for f in ["initialBackoff", "maxBackoff"] {
+                check(
+                    kind,
+                    &format!("/spec/retry/{f}"),
+                    json!(d),
+                    &format!("spec.retry.{f}"),
+                    "should match",
+                );
+            }
+        }
+        check(
+            kind,
+            "/spec/retry/multiplier",
+            json!(-2.0),
+            "spec.retry.multiplier",
+            "should be greater than or equal to 1",
+        );
+        check(
+            kind,
+            "/spec/retry/multiplier",
+            json!(0.5),
+            "spec.retry.multiplier",
+            "should be greater than or equal to 1",
+        );
+        check(
+            kind,
+            "/spec/retry/maxAttempts",
+            json!(1_000_000_000_000i64),
+            "spec.retry.maxAttempts",
+            "should be less than or equal to 2147483647",
+        );
+        check(
+            kind,
+            "/spec/retry/maxAttempts",
+            json!(0),
+            "spec.retry.maxAttempts",
+            "should be greater than or equal to 1",
+        );
+        // What parse_duration reads stays accepted.
+        for d in ["0", "500ms", "1.5s", "1m30s", "2h", ".5s"] {
+            let mut obj = base(kind);
+            set_pointer(&mut obj, "/spec/retry/initialBackoff", json!(d));
+            set_pointer(&mut obj, "/spec/retry/multiplier", json!(1.0));
+            validate_ok(&schemas[kind], &obj, kind);
+            kubeless_api::delivery::parse_duration("d", d).unwrap();
+        }
+    }
+    for d in ["-1s", "forever"] {
+        check(
+            "NATSTrigger",
+            "/spec/jetStream/ackWait",
+            json!(d),
+            "spec.jetStream.ackWait",
+            "should match",
+        );
+    }
+    check(
+        "NATSTrigger",
+        "/spec/maxInFlight",
+        json!(1_000_000_000_000i64),
+        "spec.maxInFlight",
+        "should be less than or equal to 2147483647",
+    );
+    for f in ["successfulJobsHistoryLimit", "failedJobsHistoryLimit"] {
+        check(
+            "CronJobTrigger",
+            &format!("/spec/{f}"),
+            json!(1_000_000_000_000i64),
+            &format!("spec.{f}"),
+            "should be less than or equal to 2147483647",
+        );
+        check(
+            "CronJobTrigger",
+            &format!("/spec/{f}"),
+            json!(-1),
+            &format!("spec.{f}"),
+            "should be greater than or equal to 0",
+        );
+    }
+    // The Function's HPA numbers are int32 too.
+    let f = function(
+        "hello",
+        with(
+            "/horizontalPodAutoscaler/spec/maxReplicas",
+            json!(1_000_000_000_000i64),
+        ),
+    );
+    assert_field(
+        &refused(&f),
+        "spec.horizontalPodAutoscaler.spec.maxReplicas",
+        "should be less than or equal to 2147483647",
+    );
+}
+
+fn validate_ok(schema: &validate::CrdSchema, obj: &Value, kind: &str) {
+    let errors = schema.validate(&mut obj.clone(), None);
+    assert!(
+        errors.is_empty(),
+        "{kind}: a valid object was refused: {errors:?}"
+    );
+}
+
+/// Sets `value` at `pointer`, creating the objects on the way.
+fn set_pointer(obj: &mut Value, pointer: &str, value: Value) {
+    let mut node = obj;
+    let parts: Vec<&str> = pointer.trim_start_matches('/').split('/').collect();
+    for part in &parts[..parts.len() - 1] {
+        node = node
+            .as_object_mut()
+            .unwrap()
+            .entry(part.to_string())
+            .or_insert_with(|| json!({}));
+    }
+    node.as_object_mut()
+        .unwrap()
+        .insert(parts[parts.len() - 1].to_string(), value);
 }
