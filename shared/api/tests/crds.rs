@@ -369,6 +369,7 @@ const CEL_FUNCTIONS: &[(&str, u32)] = &[
     ("string", 25),
     ("int", 25),
     ("double", 25),
+    ("duration", 25),
     ("all", 25),
     ("exists", 25),
     ("exists_one", 25),
