@@ -338,6 +338,17 @@ async fn dashboard_refuses_callers_without_the_token() {
         .unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.text().await.unwrap().contains("victim"));
+    // The docs' command for scripts (docs/dashboard.md), on this run's port.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            r#"curl -sf -H "Authorization: Bearer $TOKEN" {base}/functions"#
+        ))
+        .env("TOKEN", &access)
+        .output()
+        .expect("sh and curl");
+    assert!(out.status.success(), "curl with the bearer: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("victim"));
     let r = http
         .get(format!("{base}/api/functions/victim/logs"))
         .header("authorization", &bearer)
