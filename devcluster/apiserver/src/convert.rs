@@ -647,6 +647,63 @@ mod tests {
     }
 
     #[test]
+    fn events_k8s_io_fields_are_the_core_fields_and_back() {
+        let gr = GroupResource::new("", "events");
+        let new = json!({"apiVersion": EVENTS_V1, "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": "2026-11-28T10:00:00.000000Z", "series": {"count": 2,
+            "lastObservedTime": "2026-11-28T10:01:00.000000Z"}, "reportingController": "c",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "p"}, "related": {"kind": "Node", "name": "n"},
+            "note": "hello", "deprecatedCount": 3, "deprecatedSource": {"component": "k"},
+            "deprecatedFirstTimestamp": "2026-11-28T09:00:00Z",
+            "deprecatedLastTimestamp": "2026-11-28T09:30:00Z"});
+        let core = convert(&gr, &new, "v1");
+        assert_eq!(
+            core,
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": "2026-11-28T10:00:00.000000Z", "series": {"count": 2,
+            "lastObservedTime": "2026-11-28T10:01:00.000000Z"}, "reportingComponent": "c",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+            "involvedObject": {"kind": "Pod", "name": "p"}, "related": {"kind": "Node", "name": "n"},
+            "message": "hello", "count": 3, "source": {"component": "k"},
+            "firstTimestamp": "2026-11-28T09:00:00Z", "lastTimestamp": "2026-11-28T09:30:00Z"})
+        );
+        assert_eq!(convert(&gr, &core, EVENTS_V1), new);
+        // The core type always has an involved object and a source (empty, as the real JSON).
+        let bare = convert(&gr, &json!({"apiVersion": EVENTS_V1, "reason": "R"}), "v1");
+        assert_eq!(bare["involvedObject"], json!({}));
+        assert_eq!(bare["source"], json!({}));
+        // A core name in an events.k8s.io object is not carried over as that core field.
+        let odd = convert(&gr, &json!({"apiVersion": EVENTS_V1, "message": "x"}), "v1");
+        assert!(odd.get("message").is_none());
+    }
+
+    #[test]
+    fn event_field_labels_per_version() {
+        assert_eq!(
+            event_field_label(EVENTS_V1, "regarding.name"),
+            Some(vec!["involvedObject.name"])
+        );
+        assert_eq!(
+            event_field_label(EVENTS_V1, "reportingController"),
+            Some(vec!["reportingComponent"])
+        );
+        assert_eq!(event_field_label(EVENTS_V1, "involvedObject.name"), None);
+        assert_eq!(event_field_label(EVENTS_V1, "source"), None);
+        assert_eq!(event_field_label(EVENTS_V1, "regarding.bogus"), None);
+        assert_eq!(
+            event_field_label("v1", "source"),
+            Some(vec!["source.component", "reportingComponent"])
+        );
+        assert_eq!(
+            event_field_label("v1", "involvedObject.fieldPath"),
+            Some(vec!["involvedObject.fieldPath"])
+        );
+        assert_eq!(event_field_label("v1", "regarding.name"), None);
+        assert_eq!(event_field_label("v1", "message"), None);
+    }
+
+    #[test]
     fn v1_cpu_target_is_the_v2_cpu_utilization_metric_and_back() {
         let v1 = json!({"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
             "metadata": {"name": "f"},

@@ -293,6 +293,35 @@ mod tests {
     }
 
     #[test]
+    fn mapped_field_labels_read_the_first_non_empty_path() {
+        let map = |l: &str| match l {
+            "source" => Some(vec!["source.component", "reportingComponent"]),
+            "regarding.name" => Some(vec!["involvedObject.name"]),
+            _ => None,
+        };
+        let reported = json!({"source": {}, "reportingComponent": "ctl",
+            "involvedObject": {"name": "p"}});
+        let sel = FieldSelector::parse("source=ctl,regarding.name=p")
+            .unwrap()
+            .map_labels(map)
+            .unwrap();
+        assert!(sel.matches(&reported));
+        let kubelet = json!({"source": {"component": "kubelet"}, "reportingComponent": "ctl"});
+        let sel = FieldSelector::parse("source=kubelet")
+            .unwrap()
+            .map_labels(map)
+            .unwrap();
+        assert!(sel.matches(&kubelet));
+        assert_eq!(
+            FieldSelector::parse("message=x")
+                .unwrap()
+                .map_labels(map)
+                .unwrap_err(),
+            "field label not supported: message"
+        );
+    }
+
+    #[test]
     fn structured_selector_round_trip() {
         let sel = LabelSelector::from_label_selector(&json!({"matchLabels": {"app": "x"},
             "matchExpressions": [{"key": "t", "operator": "In", "values": ["a", "b"]}]}));

@@ -126,7 +126,8 @@ impl Store {
             crate::reqctx::take_unknown();
             let bad = crate::registry::shape::<k8s_openapi::api::events::v1::Event>(obj);
             let unknown = crate::reqctx::take_unknown();
-            crate::reqctx::unknown_fields(&def.kind, &body_version, &unknown)?;
+            // The real message names the version alone: `Event in version "v1" ...`.
+            crate::reqctx::unknown_fields(&def.kind, "v1", &unknown)?;
             unknown.iter().for_each(|p| remove_field(obj, p));
             if let Some(e) = bad {
                 let name = meta(obj, "name").unwrap_or_default();
