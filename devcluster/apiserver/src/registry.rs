@@ -86,9 +86,7 @@ impl ResourceDef {
     /// The apiVersion of `version` (which is a whole `group/version` when the resource is
     /// served under another group too, see [`crate::convert::served_by`]).
     pub fn api_version(&self, version: &str) -> String {
-        if version.contains('/') {
-            version.to_string()
-        } else if self.gr.group.is_empty() {
+        if version.contains('/') || self.gr.group.is_empty() {
             version.to_string()
         } else {
             format!("{}/{}", self.gr.group, version)
