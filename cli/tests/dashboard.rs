@@ -173,6 +173,282 @@ async fn chart_calls(b: &Browser) -> Option<f64> {
         .ok()
 }
 
+/// The URL `kubeless ui` printed (`BASE/?token=...`) and the token in it.
+fn printed_url(line: &str, base: &str) -> (String, String) {
+    let url = line
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no URL in {line:?}"));
+    let access = url
+        .strip_prefix(&format!("{base}/?token="))
+        .unwrap_or_else(|| panic!("not {base}/?token=...: {url}"));
+    assert!(access.len() >= 32, "a long random token: {url}");
+    (url.to_string(), access.to_string())
+}
+
+/// Starts `kubeless ui` on a free loopback port; returns it, its base URL and its printed line.
+async fn start_ui(kubeconfig: &Path) -> (Proc, String, String) {
+    let port = free_port();
+    let mut ui = tokio::process::Command::new(env!("CARGO_BIN_EXE_kubeless"))
+        .args(["--kubeconfig"])
+        .arg(kubeconfig)
+        .args(["ui", "--port", &port.to_string()])
+        .env_remove("KUBECONFIG")
+        .env_remove("KUBELESS_NAMESPACE")
+        .env_remove("KUBELESS_CONFIG")
+        .env_remove("KUBELESS_UI_TOKEN_FILE")
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("starting kubeless ui");
+    let mut lines = BufReader::new(ui.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("kubeless ui printed its URL in time")
+        .unwrap()
+        .unwrap_or_default();
+    (Proc(ui), format!("http://127.0.0.1:{port}"), first)
+}
+
+/// Any local process can connect to the dashboard's port (on devcluster, any function pod):
+/// without the printed token it gets 401 everywhere and can change nothing; the token as a
+/// bearer works; a browser session (the cookie the printed URL hands out) still needs the
+/// page's anti-forgery token and the dashboard's own origin to write; a rebinding Host is
+/// refused whatever the credential.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_refuses_callers_without_the_token() {
+    let dir = tempfile::Builder::new()
+        .prefix("ui-auth")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let options = devcluster::Options::for_tests(dir.path().join("s"));
+    let cluster = devcluster::DevCluster::start(options).await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kubeless_api::all() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let fns: Api<kubeless_api::Function> = Api::default_namespaced(client.clone());
+    let victim: kubeless_api::Function = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1",
+        "kind": "Function",
+        "metadata": {"name": "victim"},
+        "spec": {"runtime": "python3.11", "handler": "hello.handler",
+                 "function": "def handler(event, context):\n    return 'hi'\n"}
+    }))
+    .unwrap();
+    eventually("the CRDs to be served", Duration::from_secs(20), || async {
+        fns.create(&PostParams::default(), &victim)
+            .await
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    let (_ui, base, first) = start_ui(cluster.kubeconfig_path()).await;
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let (_, access) = printed_url(&first, &base);
+    // Plain HTTP, no cookie jar, redirects not followed: what a process in a pod would use.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let still_there = || async { fns.get_opt("victim").await.unwrap().is_some() };
+
+    // No credential: 401 on pages, the log stream and writes, with a page saying what to open.
+    for path in [
+        "/",
+        "/functions",
+        "/functions/victim",
+        "/functions/victim/logs",
+        "/api/functions/victim/logs",
+        "/functions/new",
+        "/triggers",
+    ] {
+        let r = http.get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status(), 401, "GET {path}");
+        assert!(r.headers().get("set-cookie").is_none());
+        let body = r.text().await.unwrap();
+        assert!(
+            body.contains("kubeless ui") && body.contains("?token=") && !body.contains("victim"),
+            "GET {path}: {body}"
+        );
+    }
+    for (path, form) in [
+        ("/functions/victim/delete", "_token=guess"),
+        ("/functions/victim/delete", ""),
+        ("/functions/victim/code", "_token=x&code=stolen"),
+        (
+            "/functions",
+            "_token=x&name=evil&runtime=python3.11&handler=a.b&code=x",
+        ),
+    ] {
+        let r = http
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(form)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401, "POST {path} {form}");
+    }
+    let r = http
+        .post(format!("{base}/api/functions/victim/code"))
+        .header("content-type", "application/json")
+        .body(r#"{"code": "stolen"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "the JSON API");
+    assert!(still_there().await, "the Function survives");
+    assert!(fns.get_opt("evil").await.unwrap().is_none());
+
+    // A wrong token, in the URL, as a bearer or a made-up cookie: 401, no session.
+    for (what, req) in [
+        (
+            "wrong URL token",
+            http.get(format!("{base}/?token=wrong-{access}")),
+        ),
+        (
+            "URL token prefix",
+            http.get(format!("{base}/?token={}", &access[..access.len() - 1])),
+        ),
+        (
+            "wrong bearer",
+            http.get(format!("{base}/functions"))
+                .header("authorization", "Bearer wrong"),
+        ),
+        (
+            "made-up cookie",
+            http.get(format!("{base}/functions"))
+                .header("cookie", format!("kubeless-ui-{port}={access}")),
+        ),
+    ] {
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401, "{what}");
+        assert!(r.headers().get("set-cookie").is_none(), "{what}");
+    }
+
+    // The right bearer: pages, the log stream.
+    let bearer = format!("Bearer {access}");
+    let r = http
+        .get(format!("{base}/functions/victim"))
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("victim"));
+    // The docs' command for scripts (docs/dashboard.md), on this run's port.
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            r#"curl -sf -H "Authorization: Bearer $TOKEN" {base}/functions"#
+        ))
+        .env("TOKEN", &access)
+        .output()
+        .expect("sh and curl");
+    assert!(out.status.success(), "curl with the bearer: {out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("victim"));
+    let r = http
+        .get(format!("{base}/api/functions/victim/logs"))
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the log stream with the bearer");
+    assert_eq!(
+        r.headers().get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    drop(r);
+
+    // DNS rebinding: a foreign Host is refused, even with the right token.
+    let r = http
+        .get(format!("{base}/functions"))
+        .header("host", format!("rebind.evil.example:{port}"))
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403, "a foreign Host (DNS rebinding)");
+
+    // The printed URL trades the token for a session cookie and drops it from the address.
+    let r = http
+        .get(format!("{base}/functions/victim?token={access}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303);
+    assert_eq!(r.headers().get("location").unwrap(), "/functions/victim");
+    let set_cookie = r
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        set_cookie.starts_with(&format!("kubeless-ui-{port}="))
+            && set_cookie.contains("HttpOnly")
+            && set_cookie.contains("SameSite=Strict")
+            && !set_cookie.contains(&access),
+        "{set_cookie}"
+    );
+    let cookie = set_cookie.split(';').next().unwrap().to_string();
+    let page = http
+        .get(format!("{base}/functions/victim"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200, "the session cookie opens the pages");
+    let page = page.text().await.unwrap();
+    // A session's writes still need the dashboard's origin and the page's anti-forgery token.
+    let forged = http
+        .post(format!("{base}/functions/victim/delete"))
+        .header("cookie", &cookie)
+        .header("origin", "http://evil.example")
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("_token=x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forged.status(), 403, "a cross-site form post is refused");
+    let tokenless = http
+        .post(format!("{base}/functions/victim/delete"))
+        .header("cookie", &cookie)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("_token=guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        tokenless.status(),
+        403,
+        "a post without the page's anti-forgery token is refused"
+    );
+    assert!(still_there().await, "the Function survives the forgeries");
+    assert!(!page.contains(&access), "pages never show the access token");
+
+    // With the bearer, a script deletes it.
+    let r = http
+        .post(format!("{base}/functions/victim/delete"))
+        .header("authorization", &bearer)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body("")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "{:?}", r.text().await);
+    eventually(
+        "the Function to be deleted",
+        Duration::from_secs(30),
+        || async { (!still_there().await).then_some(()) },
+    )
+    .await;
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_in_a_headless_browser() {
     let (Some(chromium), Some(chromedriver)) = (which("chromium"), which("chromedriver")) else {
@@ -239,10 +515,10 @@ async fn dashboard_in_a_headless_browser() {
         .unwrap()
         .unwrap_or_default();
     let base = format!("http://127.0.0.1:{port}");
-    assert!(first.contains(&format!("{base}/")), "{first}");
+    let (login_url, access) = printed_url(&first, &base);
     let _ui = Proc(ui);
 
-    // Lists are plain HTML, and writes are protected, without any browser.
+    // The probes need no token; every page does.
     let http = reqwest::Client::new();
     for probe in ["healthz", "readyz"] {
         let r = http
@@ -257,45 +533,21 @@ async fn dashboard_in_a_headless_browser() {
         );
     }
     let page = http.get(format!("{base}/functions")).send().await.unwrap();
+    assert_eq!(page.status(), 401, "no page without the token");
+    // Lists are plain HTML, for a script with the token too.
+    let bearer = format!("Bearer {access}");
+    let page = http
+        .get(format!("{base}/functions"))
+        .header("authorization", &bearer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(page.status(), 200);
     let page = page.text().await.unwrap();
     assert!(
         page.contains("No functions in this namespace yet"),
         "{page}"
     );
-    let forged = http
-        .post(format!("{base}/functions"))
-        .header("origin", "http://evil.example")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("_token=x&name=evil&runtime=python3.11&handler=a.b&code=x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(forged.status(), 403, "a cross-site form post is refused");
-    let tokenless = http
-        .post(format!("{base}/functions"))
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body("_token=guess&name=evil&runtime=python3.11&handler=a.b&code=x")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        tokenless.status(),
-        403,
-        "a post without the run's token is refused"
-    );
-    let rebound = http
-        .get(format!("{base}/functions"))
-        .header("host", format!("evil.example:{port}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        rebound.status(),
-        403,
-        "a foreign Host (DNS rebinding) is refused"
-    );
-    assert!(fns.get_opt("evil").await.unwrap().is_none());
 
     // chromedriver + headless chromium, with a fresh profile and no background networking.
     let driver_port = free_port();
@@ -341,6 +593,23 @@ async fn dashboard_in_a_headless_browser() {
     )
     .await;
     let shots = Shots::new();
+
+    // 0. Log in as a user does: open the URL the command printed. The token leaves the
+    // address bar, and the session cookie it was traded for is out of the page's reach.
+    b.goto(&login_url).await.unwrap();
+    let url = b.current_url().await.unwrap();
+    assert_eq!(url.path(), "/functions", "{url}");
+    assert_eq!(
+        url.query(),
+        None,
+        "the token is dropped from the URL: {url}"
+    );
+    assert_eq!(
+        b.execute("return document.cookie", vec![]).await.unwrap(),
+        json!(""),
+        "the session cookie is HttpOnly"
+    );
+    assert!(!b.source().await.unwrap().contains(&access));
 
     // 1. Create a function from the Python template.
     b.goto(&format!("{base}/functions/new")).await.unwrap();
@@ -548,7 +817,7 @@ async fn dashboard_in_a_headless_browser() {
         let t = Instant::now();
         let r = http
             .post(format!("{base}/api/functions/hello/call"))
-            .header("x-kubeless-token", &token)
+            .header("authorization", &bearer)
             .header("content-type", "application/json")
             .body(r#"{"method": "POST", "headers": "Content-Type: application/json", "body": "{\"n\": 1}"}"#)
             .send()
@@ -573,6 +842,7 @@ async fn dashboard_in_a_headless_browser() {
     // log is a plain-text page.
     let page = http
         .post(format!("{base}/functions/hello/call"))
+        .header("authorization", &bearer)
         .header("content-type", "application/x-www-form-urlencoded")
         .body(format!("_token={token}&method=POST&headers=&body=nojs"))
         .send()
@@ -586,6 +856,7 @@ async fn dashboard_in_a_headless_browser() {
     );
     let log = http
         .get(format!("{base}/functions/hello/logs"))
+        .header("authorization", &bearer)
         .send()
         .await
         .unwrap()

@@ -348,4 +348,42 @@ expect_contains "admin may grant edit in its namespace" "$(k --token="$LEAD" cre
 if out="$(k --token="$LEAD" create rolebinding grab --clusterrole=cluster-admin --serviceaccount=default:lead 2>&1)"; then fail "admin granted cluster-admin: $out"; fi
 expect_contains "granting cluster-admin is an escalation" "$out" 'is attempting to grant RBAC permissions not currently held'
 
+# Events: core/v1 and events.k8s.io/v1 are one resource, as on a real server.
+cat >"$WORK/new-event.yaml" <<'YAML'
+apiVersion: events.k8s.io/v1
+kind: Event
+metadata: {name: fn-invalid, namespace: default}
+eventTime: "2026-11-28T10:00:00.000000Z"
+reportingController: kubeless.io/function-controller
+reportingInstance: function-controller-0
+action: Reconcile
+reason: InvalidSpec
+type: Warning
+regarding: {apiVersion: kubeless.io/v1beta1, kind: Function, name: hello, namespace: default}
+note: "spec.runtime: unknown runtime"
+YAML
+k create -f "$WORK/new-event.yaml" >/dev/null
+out="$(k get events)"
+expect_contains "kubectl get events lists an events.k8s.io Event" "$out" "InvalidSpec"
+expect_contains "with its note as the message" "$out" "spec.runtime: unknown runtime"
+expect_contains "and its regarding object" "$out" "function/hello"
+expect_eq "core field selector on involvedObject" "$(k get events --field-selector involvedObject.kind=Function,involvedObject.name=hello -o name)" "event/fn-invalid"
+expect_eq "read as core/v1" "$(k get events.v1. fn-invalid -o jsonpath='{.message}/{.reportingComponent}')" "spec.runtime: unknown runtime/kubeless.io/function-controller"
+k create -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Event
+metadata: {name: pod-backoff, namespace: default}
+involvedObject: {kind: Pod, name: web-1, namespace: default}
+reason: BackOff
+message: Back-off restarting failed container
+type: Warning
+count: 3
+source: {component: kubelet}
+YAML
+expect_eq "a core Event read as events.k8s.io/v1" "$(k get events.v1.events.k8s.io pod-backoff -o jsonpath='{.note}/{.regarding.name}/{.deprecatedCount}')" "Back-off restarting failed container/web-1/3"
+expect_eq "events.k8s.io field selector on regarding" "$(k get events.v1.events.k8s.io --field-selector regarding.kind=Pod -o name)" "event.events.k8s.io/pod-backoff"
+k delete events.v1.events.k8s.io fn-invalid >/dev/null
+if k get events fn-invalid >/dev/null 2>&1; then fail "an Event deleted through events.k8s.io is still a core Event"; fi
+ok "deleted through events.k8s.io, gone from core"
+
 echo "kubectl script: $PASSED passed, 0 failed"

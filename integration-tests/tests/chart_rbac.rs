@@ -829,10 +829,32 @@ async fn all_triggers(mode: Mode) {
         .collect();
     wait_function_log(&client, &wanted, 120).await;
 
-    // The dashboard shows the function and its triggers with its Role's rights.
+    // The dashboard shows the function and its triggers with its Role's rights, to the holder
+    // of the token its pod printed in its log (as docs/dashboard.md tells users to read it).
+    let dashboard_pod = pods_in(&client, RELEASE_NS, "app.kubernetes.io/name=dashboard")
+        .await
+        .first()
+        .map(|p| p.name_any())
+        .expect("the dashboard pod");
+    let dashboard_log = log_of(&client, RELEASE_NS, &dashboard_pod).await;
+    let token = dashboard_log
+        .split_whitespace()
+        .find_map(|w| w.split_once("/?token=").map(|(_, t)| t.to_string()))
+        .unwrap_or_else(|| panic!("no dashboard URL in its log:\n{dashboard_log}"));
+    let unauthorized = http
+        .get(format!("http://127.0.0.1:{dashboard_port}/functions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        unauthorized.status(),
+        401,
+        "the dashboard without its token"
+    );
     for page in ["/functions", "/functions/hello", "/triggers"] {
         let r = http
             .get(format!("http://127.0.0.1:{dashboard_port}{page}"))
+            .bearer_auth(&token)
             .send()
             .await
             .unwrap();

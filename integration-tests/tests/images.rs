@@ -456,6 +456,16 @@ fn idle_memory_of_each_service_in_its_container() {
             args.push(format!("{}:/etc/kubeless/kubeconfig:ro", shared.display()));
             args.push("-e".into());
             args.push("KUBECONFIG=/etc/kubeless/kubeconfig".into());
+            // The dashboard's access token, from a file as a mounted Secret would give it.
+            let ui_token = format!("image-test-token-{}", std::process::id());
+            if image == "dashboard" {
+                let file = dir.join("ui-token");
+                std::fs::write(&file, &ui_token).unwrap();
+                args.push("-v".into());
+                args.push(format!("{}:/etc/kubeless/ui-token:ro", file.display()));
+                args.push("-e".into());
+                args.push("KUBELESS_UI_TOKEN_FILE=/etc/kubeless/ui-token".into());
+            }
             for (k, v) in env(port) {
                 args.push("-e".into());
                 args.push(format!("{k}={v}"));
@@ -465,7 +475,7 @@ fn idle_memory_of_each_service_in_its_container() {
             let ok = wait_healthy(port);
             // The dashboard in its image serves its functions page from the cluster's API.
             let page = if image == "dashboard" {
-                get(ui_port, "/functions").unwrap_or_default()
+                get(ui_port, "/functions", &ui_token).unwrap_or_default()
             } else {
                 String::new()
             };
@@ -524,13 +534,15 @@ fn idle_memory_of_each_service_in_its_container() {
 }
 
 /// GET `path` on 127.0.0.1:`port`; the whole response, or None if the connection failed.
-fn get(port: u16, path: &str) -> Option<String> {
+fn get(port: u16, path: &str, bearer: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
     let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(30)));
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n")
-            .as_bytes(),
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {bearer}\r\nConnection: close\r\n\r\n"
+        )
+        .as_bytes(),
     )
     .ok()?;
     let mut buf = String::new();

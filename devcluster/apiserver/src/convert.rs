@@ -5,6 +5,12 @@
 //! `Resource` cpu `Utilization` metric, and whatever v1 has no field for (other metrics,
 //! `behavior`, current metrics, conditions) travels in v1 as JSON in the
 //! `autoscaling.alpha.kubernetes.io/*` annotations, in v1's older metric shapes.
+//!
+//! Events are one resource with two API groups, as on the real server: stored as core/v1
+//! Events and also served as events.k8s.io/v1 (`note` is `message`, `regarding` is
+//! `involvedObject`, `reportingController` is `reportingComponent`, `deprecated*` are the core
+//! `count`, `firstTimestamp`, `lastTimestamp` and `source`). A request to events.k8s.io/v1 is
+//! served by the core resource with the version `events.k8s.io/v1` (see [`served_by`]).
 
 use serde_json::{Map, Value, json};
 
@@ -20,26 +26,50 @@ pub const CONDITIONS_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/conditi
 pub const BEHAVIOR_ANNOTATION: &str = "autoscaling.alpha.kubernetes.io/behavior";
 
 const STORED_HPA: &str = "autoscaling/v2";
+const STORED_EVENT: &str = "v1";
+/// The other API version core Events are served in.
+pub const EVENTS_V1: &str = "events.k8s.io/v1";
 
 fn is_hpa(gr: &GroupResource) -> bool {
     gr.group == "autoscaling" && gr.resource == "horizontalpodautoscalers"
 }
 
+/// The core Event resource (which also serves events.k8s.io/v1).
+pub fn is_core_event(gr: &GroupResource) -> bool {
+    gr.group.is_empty() && gr.resource == "events"
+}
+
+/// The resource that serves `group/version/resource` when it is stored under another group:
+/// events.k8s.io/v1 events are the core events. The caller then uses the version
+/// `group/version` with that resource.
+pub fn served_by(group: &str, version: &str, resource: &str) -> Option<GroupResource> {
+    (group == "events.k8s.io" && version == "v1" && resource == "events")
+        .then(|| GroupResource::new("", "events"))
+}
+
 /// The apiVersion objects of `gr` are stored in, when it differs from the request's.
 pub fn storage_api_version(gr: &GroupResource) -> Option<&'static str> {
-    is_hpa(gr).then_some(STORED_HPA)
+    if is_hpa(gr) {
+        Some(STORED_HPA)
+    } else if is_core_event(gr) {
+        Some(STORED_EVENT)
+    } else {
+        None
+    }
 }
 
 /// Converts `obj` (of kind `gr`, in whatever served version its apiVersion names) to
 /// `api_version`. Kinds stored once in one version are returned unchanged but for apiVersion.
 pub fn convert(gr: &GroupResource, obj: &Value, api_version: &str) -> Value {
     let from = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
-    let mut out = if !is_hpa(gr) || from == api_version {
+    let mut out = if storage_api_version(gr).is_none() || from == api_version {
         obj.clone()
     } else {
         match (from, api_version) {
             ("autoscaling/v1", "autoscaling/v2") => hpa_v1_to_v2(obj),
             ("autoscaling/v2", "autoscaling/v1") => hpa_v2_to_v1(obj),
+            (EVENTS_V1, STORED_EVENT) => event_v1_to_core(obj),
+            (STORED_EVENT, EVENTS_V1) => event_core_to_v1(obj),
             _ => obj.clone(),
         }
     };
@@ -86,6 +116,103 @@ fn tidy_annotations(obj: &mut Value) {
 fn put(m: &mut Map<String, Value>, key: &str, v: Option<&Value>) {
     if let Some(v) = v.filter(|v| !v.is_null()) {
         m.insert(key.into(), v.clone());
+    }
+}
+
+/// Field names that differ between events.k8s.io/v1 and core/v1 Events; every other field
+/// (metadata, eventTime, series, reportingInstance, action, reason, related, type) is the same.
+const EVENT_RENAMES: &[(&str, &str)] = &[
+    ("note", "message"),
+    ("regarding", "involvedObject"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
+];
+
+/// Renames the fields of `obj` by `pairs` (`from` -> `to`); a field of the target's name that
+/// the source version does not have is dropped (it was never this version's field).
+fn rename_fields(obj: &Value, pairs: impl Iterator<Item = (&'static str, &'static str)>) -> Value {
+    let Some(m) = obj.as_object() else {
+        return obj.clone();
+    };
+    let mut out = m.clone();
+    let pairs: Vec<_> = pairs.collect();
+    for (_, to) in &pairs {
+        out.remove(*to);
+    }
+    for (from, to) in pairs {
+        if let Some(v) = out.remove(from) {
+            out.insert(to.into(), v);
+        }
+    }
+    Value::Object(out)
+}
+
+fn event_v1_to_core(ev: &Value) -> Value {
+    let mut out = rename_fields(ev, EVENT_RENAMES.iter().copied());
+    // The core type always has these (as the real server's JSON shows them, empty).
+    if let Some(m) = out.as_object_mut() {
+        m.entry("involvedObject").or_insert(json!({}));
+        m.entry("source").or_insert(json!({}));
+    }
+    out
+}
+
+fn event_core_to_v1(ev: &Value) -> Value {
+    rename_fields(ev, EVENT_RENAMES.iter().map(|(a, b)| (*b, *a)))
+}
+
+/// The stored (core) paths a field selector label reads for Events served in `api_version`,
+/// as the real server's field label conversions say; None for a label that version does not
+/// support. Core's `source` is `source.component`, or `reportingComponent` when that is empty.
+pub fn event_field_label(api_version: &str, label: &str) -> Option<Vec<&'static str>> {
+    const OBJECT_FIELDS: &[&str] = &[
+        "kind",
+        "namespace",
+        "name",
+        "uid",
+        "apiVersion",
+        "resourceVersion",
+        "fieldPath",
+    ];
+    let core = |l: &str| -> Option<Vec<&'static str>> {
+        Some(vec![match l {
+            "metadata.name" => "metadata.name",
+            "metadata.namespace" => "metadata.namespace",
+            "reason" => "reason",
+            "type" => "type",
+            "reportingComponent" => "reportingComponent",
+            "source" => return Some(vec!["source.component", "reportingComponent"]),
+            _ => {
+                let field = l.strip_prefix("involvedObject.")?;
+                let i = OBJECT_FIELDS.iter().position(|f| *f == field)?;
+                return Some(vec![INVOLVED[i]]);
+            }
+        }])
+    };
+    const INVOLVED: &[&str] = &[
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+    ];
+    if api_version == EVENTS_V1 {
+        match label {
+            "metadata.name" | "metadata.namespace" | "reason" | "type" => core(label),
+            "reportingController" => core("reportingComponent"),
+            _ => {
+                let field = label.strip_prefix("regarding.")?;
+                let i = OBJECT_FIELDS.iter().position(|f| *f == field)?;
+                Some(vec![INVOLVED[i]])
+            }
+        }
+    } else {
+        core(label)
     }
 }
 
@@ -517,6 +644,63 @@ mod tests {
 
     fn hpa() -> GroupResource {
         GroupResource::new("autoscaling", "horizontalpodautoscalers")
+    }
+
+    #[test]
+    fn events_k8s_io_fields_are_the_core_fields_and_back() {
+        let gr = GroupResource::new("", "events");
+        let new = json!({"apiVersion": EVENTS_V1, "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": "2026-11-28T10:00:00.000000Z", "series": {"count": 2,
+            "lastObservedTime": "2026-11-28T10:01:00.000000Z"}, "reportingController": "c",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+            "regarding": {"kind": "Pod", "name": "p"}, "related": {"kind": "Node", "name": "n"},
+            "note": "hello", "deprecatedCount": 3, "deprecatedSource": {"component": "k"},
+            "deprecatedFirstTimestamp": "2026-11-28T09:00:00Z",
+            "deprecatedLastTimestamp": "2026-11-28T09:30:00Z"});
+        let core = convert(&gr, &new, "v1");
+        assert_eq!(
+            core,
+            json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+            "eventTime": "2026-11-28T10:00:00.000000Z", "series": {"count": 2,
+            "lastObservedTime": "2026-11-28T10:01:00.000000Z"}, "reportingComponent": "c",
+            "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal",
+            "involvedObject": {"kind": "Pod", "name": "p"}, "related": {"kind": "Node", "name": "n"},
+            "message": "hello", "count": 3, "source": {"component": "k"},
+            "firstTimestamp": "2026-11-28T09:00:00Z", "lastTimestamp": "2026-11-28T09:30:00Z"})
+        );
+        assert_eq!(convert(&gr, &core, EVENTS_V1), new);
+        // The core type always has an involved object and a source (empty, as the real JSON).
+        let bare = convert(&gr, &json!({"apiVersion": EVENTS_V1, "reason": "R"}), "v1");
+        assert_eq!(bare["involvedObject"], json!({}));
+        assert_eq!(bare["source"], json!({}));
+        // A core name in an events.k8s.io object is not carried over as that core field.
+        let odd = convert(&gr, &json!({"apiVersion": EVENTS_V1, "message": "x"}), "v1");
+        assert!(odd.get("message").is_none());
+    }
+
+    #[test]
+    fn event_field_labels_per_version() {
+        assert_eq!(
+            event_field_label(EVENTS_V1, "regarding.name"),
+            Some(vec!["involvedObject.name"])
+        );
+        assert_eq!(
+            event_field_label(EVENTS_V1, "reportingController"),
+            Some(vec!["reportingComponent"])
+        );
+        assert_eq!(event_field_label(EVENTS_V1, "involvedObject.name"), None);
+        assert_eq!(event_field_label(EVENTS_V1, "source"), None);
+        assert_eq!(event_field_label(EVENTS_V1, "regarding.bogus"), None);
+        assert_eq!(
+            event_field_label("v1", "source"),
+            Some(vec!["source.component", "reportingComponent"])
+        );
+        assert_eq!(
+            event_field_label("v1", "involvedObject.fieldPath"),
+            Some(vec!["involvedObject.fieldPath"])
+        );
+        assert_eq!(event_field_label("v1", "regarding.name"), None);
+        assert_eq!(event_field_label("v1", "message"), None);
     }
 
     #[test]

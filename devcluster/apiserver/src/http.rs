@@ -366,7 +366,14 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
-    let version = t.version;
+    // A resource served under another group too (events.k8s.io/v1 Events are core Events)
+    // works in the version `group/version`.
+    let served_version = if def.gr.group != t.group {
+        format!("{}/{}", t.group, t.version)
+    } else {
+        t.version.to_string()
+    };
+    let version = served_version.as_str();
     let protobuf_body = crate::protobuf::is_protobuf(&content_type);
     let token_request = t.sub == Some("token")
         && def.gr.group.is_empty()
@@ -415,10 +422,13 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                 let body = read_body(req.into_body()).await?;
                 let opts = delete_opts(&q, &body)?;
                 let labels = label_sel(&q)?;
-                let fields = field_sel(&q)?;
-                let items = app
+                let fields = field_sel(&def, version, &q)?;
+                let items: Vec<Value> = app
                     .store
-                    .delete_collection(&def, t.ns, &labels, &fields, &opts)?;
+                    .delete_collection(&def, t.ns, &labels, &fields, &opts)?
+                    .into_iter()
+                    .map(|o| in_version(&def, version, o))
+                    .collect();
                 Ok(json_response(
                     200,
                     &json!({"kind": def.list_kind, "apiVersion": def.api_version(version), "metadata": {}, "items": items}),
@@ -474,10 +484,14 @@ async fn route(app: &Arc<App>, req: Request) -> Result<Response, ApiError> {
                     reject_dry_run(&q)?;
                     let body = read_body(req.into_body()).await?;
                     let opts = delete_opts(&q, &body)?;
-                    Ok(json_response(
-                        200,
-                        &app.store.delete(&def, ns, name, &opts)?,
-                    ))
+                    let gone = app.store.delete(&def, ns, name, &opts)?;
+                    // The object itself (not a Status) is shown in the requested version.
+                    let gone = if gone.get("kind").and_then(Value::as_str) == Some(&def.kind) {
+                        in_version(&def, version, gone)
+                    } else {
+                        gone
+                    };
+                    Ok(json_response(200, &gone))
                 }
                 _ => Err(ApiError::method_not_allowed()),
             }
@@ -647,9 +661,18 @@ fn label_sel(q: &Q) -> Result<LabelSelector, ApiError> {
         .map_err(ApiError::bad_request)
 }
 
-fn field_sel(q: &Q) -> Result<FieldSelector, ApiError> {
-    FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
-        .map_err(ApiError::bad_request)
+/// The request's field selector; for Events, only the labels the real server supports in the
+/// requested version, read from the stored core fields.
+fn field_sel(def: &ResourceDef, version: &str, q: &Q) -> Result<FieldSelector, ApiError> {
+    let sel = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    if crate::convert::is_core_event(&def.gr) {
+        let api_version = def.api_version(version);
+        sel.map_labels(|l| crate::convert::event_field_label(&api_version, l))
+            .map_err(ApiError::bad_request)
+    } else {
+        Ok(sel)
+    }
 }
 
 fn delete_opts(q: &Q, body: &[u8]) -> Result<DeleteOpts, ApiError> {
@@ -796,7 +819,7 @@ fn list(
     table: bool,
 ) -> Result<Response, ApiError> {
     let labels = label_sel(q)?;
-    let fields = field_sel(q)?;
+    let fields = field_sel(def, version, q)?;
     let limit = q.get("limit").and_then(|l| l.parse::<usize>().ok());
     let page = app.store.list(
         &def.gr,
@@ -958,7 +981,7 @@ async fn watch(
         Ok(l) => l,
         Err(e) => return error_response(&e),
     };
-    let fields = match field_sel(q) {
+    let fields = match field_sel(&def, version, q) {
         Ok(f) => f,
         Err(e) => return error_response(&e),
     };

@@ -341,7 +341,11 @@ pub(crate) fn field_schema(def: &ResourceDef, version: &str) -> crate::fieldmana
             meta,
         ),
         Validator::Builtin(_) => crate::fieldmanager::KindSchema::new(
-            builtin_schema(&def.gr.group, version, &def.kind),
+            // `group/version` when served under another group (events.k8s.io/v1 Events).
+            match version.split_once('/') {
+                Some((group, v)) => builtin_schema(group, v, &def.kind),
+                None => builtin_schema(&def.gr.group, version, &def.kind),
+            },
             None,
             meta,
         ),

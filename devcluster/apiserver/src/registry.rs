@@ -83,8 +83,10 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    /// The apiVersion of `version` (which is a whole `group/version` when the resource is
+    /// served under another group too, see [`crate::convert::served_by`]).
     pub fn api_version(&self, version: &str) -> String {
-        if self.gr.group.is_empty() {
+        if version.contains('/') || self.gr.group.is_empty() {
             version.to_string()
         } else {
             format!("{}/{}", self.gr.group, version)
@@ -97,7 +99,7 @@ impl ResourceDef {
 
 /// Decodes `v` as `T`; the fields `T` does not have are noted for the request
 /// ([`crate::reqctx::note_unknown`]), to be warned about or refused as the client asked.
-fn shape<T: DeserializeOwned>(v: &Value) -> Option<kubeless_api::validate::FieldError> {
+pub(crate) fn shape<T: DeserializeOwned>(v: &Value) -> Option<kubeless_api::validate::FieldError> {
     serde_ignored::deserialize(v, |path| crate::reqctx::note_unknown(field_path(&path)))
         .map(|_: T| ())
         .err()
@@ -462,7 +464,12 @@ impl Registry {
     }
 
     /// The definition serving `group/version/resource`, if that version is served.
+    /// The resource serving `group/version/resource`: events.k8s.io/v1 events are served by
+    /// the core events (with the version `events.k8s.io/v1`).
     pub fn lookup(&self, group: &str, version: &str, resource: &str) -> Option<Arc<ResourceDef>> {
+        if let Some(gr) = crate::convert::served_by(group, version, resource) {
+            return self.defs.get(&gr).cloned();
+        }
         let def = self.defs.get(&GroupResource::new(group, resource))?;
         def.versions
             .iter()

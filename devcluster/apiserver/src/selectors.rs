@@ -153,8 +153,14 @@ impl LabelSelector {
 /// Field selector: `path=value`, `path==value`, `path!=value`, comma separated.
 /// Any dotted path into the object works (the real server allows a fixed set
 /// per kind; metadata.name and metadata.namespace work everywhere).
+/// Each term: the label as written, the paths it reads (the first non-empty value counts),
+/// the value, and whether it must equal (`=`) or differ (`!=`).
 #[derive(Debug, Clone, Default)]
-pub struct FieldSelector(Vec<(Vec<String>, String, bool)>);
+pub struct FieldSelector(Vec<(String, Vec<Vec<String>>, String, bool)>);
+
+fn dotted(path: &str) -> Vec<String> {
+    path.split('.').map(str::to_string).collect()
+}
 
 impl FieldSelector {
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -171,8 +177,13 @@ impl FieldSelector {
                     "invalid selector: '{term}'; can't understand '{term}'"
                 ));
             };
-            let path = k.trim().split('.').map(str::to_string).collect();
-            out.push((path, v.trim().to_string(), eq));
+            let label = k.trim().to_string();
+            out.push((
+                label.clone(),
+                vec![dotted(&label)],
+                v.trim().to_string(),
+                eq,
+            ));
         }
         Ok(Self(out))
     }
@@ -181,17 +192,42 @@ impl FieldSelector {
         self.0.is_empty()
     }
 
+    /// Rewrites each label to the paths it reads in the stored object, or refuses it (the real
+    /// server's `field label not supported: X`) when `map` gives None.
+    pub fn map_labels(
+        self,
+        map: impl Fn(&str) -> Option<Vec<&'static str>>,
+    ) -> Result<Self, String> {
+        self.0
+            .into_iter()
+            .map(|(label, _, want, eq)| match map(&label) {
+                Some(paths) => {
+                    let paths = paths.into_iter().map(dotted).collect();
+                    Ok((label, paths, want, eq))
+                }
+                None => Err(format!("field label not supported: {label}")),
+            })
+            .collect::<Result<_, _>>()
+            .map(Self)
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
-        self.0.iter().all(|(path, want, eq)| {
-            let mut cur = Some(obj);
-            for p in path {
-                cur = cur.and_then(|c| c.get(p));
-            }
-            let actual = match cur {
-                Some(Value::String(s)) => s.clone(),
-                Some(Value::Null) | None => String::new(),
-                Some(other) => other.to_string(),
-            };
+        self.0.iter().all(|(_, paths, want, eq)| {
+            let actual = paths
+                .iter()
+                .map(|path| {
+                    let mut cur = Some(obj);
+                    for p in path {
+                        cur = cur.and_then(|c| c.get(p));
+                    }
+                    match cur {
+                        Some(Value::String(s)) => s.clone(),
+                        Some(Value::Null) | None => String::new(),
+                        Some(other) => other.to_string(),
+                    }
+                })
+                .find(|v| !v.is_empty())
+                .unwrap_or_default();
             (actual == *want) == *eq
         })
     }
@@ -254,6 +290,35 @@ mod tests {
                 .matches(&obj)
         );
         assert!(FieldSelector::parse("name").is_err());
+    }
+
+    #[test]
+    fn mapped_field_labels_read_the_first_non_empty_path() {
+        let map = |l: &str| match l {
+            "source" => Some(vec!["source.component", "reportingComponent"]),
+            "regarding.name" => Some(vec!["involvedObject.name"]),
+            _ => None,
+        };
+        let reported = json!({"source": {}, "reportingComponent": "ctl",
+            "involvedObject": {"name": "p"}});
+        let sel = FieldSelector::parse("source=ctl,regarding.name=p")
+            .unwrap()
+            .map_labels(map)
+            .unwrap();
+        assert!(sel.matches(&reported));
+        let kubelet = json!({"source": {"component": "kubelet"}, "reportingComponent": "ctl"});
+        let sel = FieldSelector::parse("source=kubelet")
+            .unwrap()
+            .map_labels(map)
+            .unwrap();
+        assert!(sel.matches(&kubelet));
+        assert_eq!(
+            FieldSelector::parse("message=x")
+                .unwrap()
+                .map_labels(map)
+                .unwrap_err(),
+            "field label not supported: message"
+        );
     }
 
     #[test]

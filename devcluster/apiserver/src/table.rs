@@ -89,6 +89,11 @@ fn s(v: Option<&Value>) -> String {
     }
 }
 
+/// A string field, empty when absent.
+fn txt(v: Option<&Value>) -> String {
+    v.and_then(Value::as_str).unwrap_or("").to_string()
+}
+
 fn n(v: Option<&Value>) -> i64 {
     v.and_then(Value::as_i64).unwrap_or(0)
 }
@@ -159,6 +164,62 @@ fn builtin(def: &ResourceDef) -> (Vec<Value>, Cells) {
                     json!(restarts.to_string()),
                     age(o),
                     json!(s(o.pointer("/status/podIP"))),
+                ]
+            },
+        ),
+        // As the real server prints Events (both APIs: they are one resource, stored as core).
+        ("", "events") => (
+            vec![
+                col("Last Seen", "string", 0),
+                col("Type", "string", 0),
+                col("Reason", "string", 0),
+                col("Object", "string", 0),
+                col("Subobject", "string", 1),
+                col("Source", "string", 1),
+                col("Message", "string", 0),
+                col("First Seen", "string", 1),
+                col("Count", "string", 1),
+                col("Name", "string", 1),
+            ],
+            |o| {
+                let time = |p: &str| {
+                    o.pointer(p)
+                        .and_then(Value::as_str)
+                        .filter(|t| !t.is_empty())
+                };
+                let last = time("/series/lastObservedTime")
+                    .or_else(|| time("/lastTimestamp"))
+                    .or_else(|| time("/eventTime"));
+                let first = time("/firstTimestamp").or_else(|| time("/eventTime"));
+                let component = txt(o.pointer("/source/component"));
+                let source = if component.is_empty() {
+                    txt(o.get("reportingComponent"))
+                } else {
+                    match txt(o.pointer("/source/host")) {
+                        h if h.is_empty() => component,
+                        h => format!("{component}, {h}"),
+                    }
+                };
+                let count = [o.pointer("/series/count"), o.get("count")]
+                    .into_iter()
+                    .map(n)
+                    .find(|c| *c > 0)
+                    .unwrap_or(1);
+                vec![
+                    json!(human_age(last)),
+                    json!(txt(o.get("type"))),
+                    json!(txt(o.get("reason"))),
+                    json!(format!(
+                        "{}/{}",
+                        txt(o.pointer("/involvedObject/kind")).to_lowercase(),
+                        txt(o.pointer("/involvedObject/name"))
+                    )),
+                    json!(txt(o.pointer("/involvedObject/fieldPath"))),
+                    json!(source),
+                    json!(txt(o.get("message"))),
+                    json!(human_age(first)),
+                    json!(count.to_string()),
+                    name(o),
                 ]
             },
         ),

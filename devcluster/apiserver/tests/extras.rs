@@ -288,9 +288,19 @@ async fn events_in_both_apis() {
     core.create(&PostParams::default(), &serde_json::from_value(e).unwrap())
         .await
         .unwrap();
+    // One resource: each API lists both Events (tests/events.rs checks the fields).
     assert_eq!(
         core.list(&ListParams::default()).await.unwrap().items.len(),
-        1
+        2
+    );
+    assert_eq!(
+        new_events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        2
     );
     server.shutdown().await;
 }

@@ -120,6 +120,25 @@ impl Store {
             .and_then(Value::as_str)
             .map_or(api_version.clone(), str::to_string);
         obj["apiVersion"] = json!(body_version);
+        if body_version == crate::convert::EVENTS_V1 && crate::convert::is_core_event(&def.gr) {
+            // Read in its own type before it becomes a core Event: what events.k8s.io/v1 does
+            // not have (e.g. `message`) is unknown here, not a core field.
+            crate::reqctx::take_unknown();
+            let bad = crate::registry::shape::<k8s_openapi::api::events::v1::Event>(obj);
+            let unknown = crate::reqctx::take_unknown();
+            // The real message names the version alone: `Event in version "v1" ...`.
+            crate::reqctx::unknown_fields(&def.kind, "v1", &unknown)?;
+            unknown.iter().for_each(|p| remove_field(obj, p));
+            if let Some(e) = bad {
+                let name = meta(obj, "name").unwrap_or_default();
+                return Err(ApiError::invalid_fields(
+                    &def.kind,
+                    "events.k8s.io",
+                    &name,
+                    &[e],
+                ));
+            }
+        }
         if let Some(stored) = crate::convert::storage_api_version(&def.gr) {
             *obj = crate::convert::convert(&def.gr, obj, stored);
         } else {
