@@ -29,6 +29,7 @@ const FAILURE_REASONS: &[&str] = &[
     reasons::DEPENDENCIES_FAILED,
     reasons::BUILD_FAILED,
     reasons::DEPLOYMENT_FAILED,
+    reasons::PODS_REFUSED,
     reasons::APPLY_FAILED,
 ];
 
