@@ -51,6 +51,7 @@ REJECTED = {
     "wrong-type": {"function-controller": {"replicas": "two"}},
     "bad-digest": {"function-controller": {"image": {"digest": "latest"}}},
     "pull-secret-shape": {"global": {"imagePullSecrets": ["regcred"]}},
+    "template-policy-mode": {"function-controller": {"templatePolicy": {"mode": "permissive"}}},
 }
 
 
@@ -94,7 +95,11 @@ def standard_cases():
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
         },
         "grafanaDashboard": {"enabled": True},
-        "function-controller": {"image": {"digest": DIGEST}, "imagePullSecrets": [{"name": "fc-pull"}]},
+        "function-controller": {
+            "image": {"digest": DIGEST},
+            "imagePullSecrets": [{"name": "fc-pull"}],
+            "templatePolicy": {"allowHostNetwork": True, "allowedServiceAccounts": ["builder", "metrics"]},
+        },
         "kafka-trigger": {"image": {"registry": "registry.example:5000", "tag": "9.9.9"}},
         "cronjob-trigger-controller": {"invoker": {"image": {"digest": DIGEST}}},
     }), "kubeless"

@@ -173,12 +173,19 @@ impl Env {
 
     /// Starts the controller in-process, on a client that counts its writes.
     pub async fn start_controller(&mut self) {
+        self.start_controller_with(function_controller::Settings::default())
+            .await;
+    }
+
+    /// Like [`Env::start_controller`], with these settings (listening on the pod IP, as
+    /// devcluster needs).
+    pub async fn start_controller_with(&mut self, settings: function_controller::Settings) {
         assert!(self.controller.is_none(), "controller already running");
         let client = counting_client(&self.kubeconfig(), &self.writes).await;
         let token = CancellationToken::new();
         let settings = function_controller::Settings {
             listen_on_pod_ip: true,
-            ..function_controller::Settings::default()
+            ..settings
         };
         let t = token.clone();
         let handle = tokio::spawn(async move {
