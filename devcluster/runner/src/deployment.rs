@@ -395,7 +395,16 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
         let pod = build_pod(dep, &hash);
         let created = match pods.create(&PostParams::default(), &pod).await {
             Ok(p) => p,
-            Err(e) => {
+            Err(mut e) => {
+                // A real server names the pod by its generateName prefix here (the name is
+                // generated after admission); this runner makes names itself. The prefix
+                // keeps the message the same from one retry to the next.
+                if let (kube::Error::Api(s), Some(generated)) = (&mut e, &pod.metadata.name) {
+                    let prefix = format!("{}-{hash}-", dep.name_any());
+                    s.message = s
+                        .message
+                        .replace(&format!("{generated:?}"), &format!("{prefix:?}"));
+                }
                 refused = Some(e);
                 break;
             }

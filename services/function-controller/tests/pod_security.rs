@@ -249,7 +249,8 @@ async fn template_policy_refuses_host_access_and_allows_what_the_install_allows(
     env.shutdown().await;
 }
 
-/// A child the API server refuses (here the Service: a port name that is not a DNS label)
+/// A child the API server refuses (here the Service: two ports without names, which the
+/// Function's schema lets through and a Service may not have)
 /// leaves the Function `ApplyFailed` naming that child and no pods running behind it; fixing
 /// the Function completes every child.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -258,8 +259,9 @@ async fn a_refused_child_is_named_and_completed_after_the_fix() {
     env.start_controller().await;
     env.create(function(
         "badsvc",
-        json!({"service": {"ports": [{"name": "Http_Port", "port": 8080,
-            "targetPort": 8080, "protocol": "TCP"}]}}),
+        json!({"service": {"ports": [
+            {"port": 8080, "targetPort": 8080, "protocol": "TCP"},
+            {"port": 9090, "targetPort": 9090, "protocol": "TCP"}]}}),
     ))
     .await;
     let f = env
@@ -290,8 +292,9 @@ async fn a_refused_child_is_named_and_completed_after_the_fix() {
         .patch(
             "badsvc",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"service": {"ports": [{"name": "http-port",
-                "port": 8080, "targetPort": 8080, "protocol": "TCP"}]}}})),
+            &Patch::Merge(json!({"spec": {"service": {"ports": [
+                {"name": "http-function-port", "port": 8080, "targetPort": 8080, "protocol": "TCP"},
+                {"name": "metrics", "port": 9090, "targetPort": 9090, "protocol": "TCP"}]}}})),
         )
         .await
         .unwrap();
