@@ -29,6 +29,7 @@ const FAILURE_REASONS: &[&str] = &[
     reasons::DEPENDENCIES_FAILED,
     reasons::BUILD_FAILED,
     reasons::DEPLOYMENT_FAILED,
+    reasons::PODS_REFUSED,
     reasons::APPLY_FAILED,
 ];
 
@@ -412,6 +413,15 @@ mod tests {
                 message: "sha differs".into()
             }
         );
+        // Pods the API server refuses (PodSecurity, quota) will not come by waiting.
+        let refused = Condition::not_ready(
+            reasons::PODS_REFUSED,
+            "the API server refuses the function's pods (FailedCreate): violates PodSecurity",
+        );
+        assert!(matches!(
+            phase(&with(Some(refused), None), Some(1)),
+            Phase::Failed { reason, message } if reason == "PodsRefused" && message.contains("PodSecurity")
+        ));
         let progressing = Condition::not_ready(reasons::PROGRESSING, "1/2 ready");
         assert_eq!(
             phase(&with(Some(progressing), None), None),

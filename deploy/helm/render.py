@@ -53,6 +53,7 @@ REJECTED = {
     "wrong-type": {"function-controller": {"replicas": "two"}},
     "bad-digest": {"function-controller": {"image": {"digest": "latest"}}},
     "pull-secret-shape": {"global": {"imagePullSecrets": ["regcred"]}},
+    "template-policy-mode": {"function-controller": {"templatePolicy": {"mode": "permissive"}}},
 }
 
 
@@ -96,7 +97,11 @@ def standard_cases():
             "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
         },
         "grafanaDashboard": {"enabled": True},
-        "function-controller": {"image": {"digest": DIGEST}, "imagePullSecrets": [{"name": "fc-pull"}]},
+        "function-controller": {
+            "image": {"digest": DIGEST},
+            "imagePullSecrets": [{"name": "fc-pull"}],
+            "templatePolicy": {"allowHostNetwork": True, "allowedServiceAccounts": ["builder", "metrics"]},
+        },
         "kafka-trigger": {"image": {"registry": "registry.example:5000", "tag": "9.9.9"}},
         "cronjob-trigger-controller": {"invoker": {"image": {"digest": DIGEST}}},
     }), "kubeless"

@@ -470,6 +470,52 @@ fn env_value(container: &Value, name: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The pod template policy's values reach the controller as its env: restricted by default,
+/// loosened field by field.
+#[test]
+fn template_policy_values_reach_the_controller() {
+    let controller = |docs: &[Value]| {
+        containers(docs)
+            .into_iter()
+            .find(|(app, _)| app == "function-controller")
+            .map(|(_, c)| c)
+            .unwrap()
+    };
+    let c = controller(case("all-on"));
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_POLICY").as_deref(),
+        Some("restricted")
+    );
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_ALLOW_HOST_NETWORK").as_deref(),
+        Some("false")
+    );
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_ALLOWED_SERVICE_ACCOUNTS").as_deref(),
+        Some("")
+    );
+    let c = controller(case("options"));
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_ALLOW_HOST_NETWORK").as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_ALLOWED_SERVICE_ACCOUNTS").as_deref(),
+        Some("builder,metrics")
+    );
+    assert_eq!(
+        env_value(&c, "KUBELESS_TEMPLATE_ALLOW_HOST_PATH").as_deref(),
+        Some("false")
+    );
+    assert!(
+        rendered().summary["rejected"]["template-policy-mode"]
+            .as_str()
+            .is_some_and(|e| e.contains("permissive") || e.contains("mode")),
+        "{}",
+        rendered().summary["rejected"]["template-policy-mode"]
+    );
+}
+
 #[test]
 fn image_values_registry_tag_digest_and_pull_secrets() {
     let digest = format!("sha256:{}", "ab".repeat(32));

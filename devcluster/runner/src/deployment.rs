@@ -383,13 +383,32 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
     for victim in &step.delete {
         ctx.wait_pod_cache(&ns, victim, false).await;
     }
+    // A create the API server refuses (PodSecurity, quota, invalid template) is shown on the
+    // Deployment as a real cluster shows it: the ReplicaSet controller's `ReplicaFailure`
+    // condition (reason FailedCreate, the server's message), copied to the Deployment.
+    let mut refused: Option<kube::Error> = None;
     for _ in 0..step.create {
         if live(ctx, &ns, &name, &uid).is_none() {
             // Deleted meanwhile (each create below waits for the cache).
             return Ok(());
         }
         let pod = build_pod(dep, &hash);
-        let created = pods.create(&PostParams::default(), &pod).await?;
+        let created = match pods.create(&PostParams::default(), &pod).await {
+            Ok(p) => p,
+            Err(mut e) => {
+                // A real server names the pod by its generateName prefix here (the name is
+                // generated after admission); this runner makes names itself. The prefix
+                // keeps the message the same from one retry to the next.
+                if let (kube::Error::Api(s), Some(generated)) = (&mut e, &pod.metadata.name) {
+                    let prefix = format!("{}-{hash}-", dep.name_any());
+                    s.message = s
+                        .message
+                        .replace(&format!("{generated:?}"), &format!("{prefix:?}"));
+                }
+                refused = Some(e);
+                break;
+            }
+        };
         let pod_name = created.name_any();
         tracing::info!(%ns, deployment = %name, pod = %pod_name, "created pod");
         ctx.wait_pod_cache(&ns, &pod_name, true).await;
@@ -403,7 +422,12 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
         .filter(|p| owned(p))
         .map(|p| PodView::of(p))
         .collect();
-    let status = compute_status(dep, &hash, &views, Timestamp::now());
+    let mut status = compute_status(dep, &hash, &views, Timestamp::now());
+    let failure = refused.as_ref().map(|e| match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    });
+    with_replica_failure(&mut status, dep, failure.as_deref(), Timestamp::now());
     if dep.status.as_ref() != Some(&status) {
         let api: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
         let patch = serde_json::json!({ "status": status });
@@ -416,7 +440,44 @@ async fn reconcile(ctx: &Ctx, dep: &Deployment) -> Result<()> {
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    match refused {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// Sets (refused create) or clears (the creates went through) the `ReplicaFailure` condition,
+/// keeping its transition time while it stays.
+pub fn with_replica_failure(
+    status: &mut DeploymentStatus,
+    dep: &Deployment,
+    failure: Option<&str>,
+    now: Timestamp,
+) {
+    let previous = dep
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "ReplicaFailure"));
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    conditions.retain(|c| c.type_ != "ReplicaFailure");
+    let Some(message) = failure else {
+        return;
+    };
+    let kept = previous.filter(|c| c.status == "True");
+    conditions.push(DeploymentCondition {
+        type_: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: Some("FailedCreate".into()),
+        message: Some(message.to_string()),
+        last_transition_time: kept
+            .and_then(|c| c.last_transition_time.clone())
+            .or(Some(Time(now))),
+        last_update_time: kept
+            .filter(|c| c.message.as_deref() == Some(message))
+            .and_then(|c| c.last_update_time.clone())
+            .or(Some(Time(now))),
+    });
 }
 
 #[cfg(test)]
@@ -441,6 +502,40 @@ mod tests {
             max_surge: surge,
             max_unavailable: unavail,
         }
+    }
+
+    #[test]
+    fn a_refused_create_sets_replica_failure_until_creates_succeed() {
+        let dep = Deployment::default();
+        let mut status = compute_status(&dep, "h", &[], Timestamp::UNIX_EPOCH);
+        with_replica_failure(
+            &mut status,
+            &dep,
+            Some("forbidden: quota"),
+            Timestamp::UNIX_EPOCH,
+        );
+        let conds = status.conditions.clone().unwrap();
+        let rf = conds.iter().find(|c| c.type_ == "ReplicaFailure").unwrap();
+        assert_eq!(
+            (
+                rf.status.as_str(),
+                rf.reason.as_deref(),
+                rf.message.as_deref()
+            ),
+            ("True", Some("FailedCreate"), Some("forbidden: quota"))
+        );
+        let dep = Deployment {
+            status: Some(status),
+            ..Deployment::default()
+        };
+        let mut next = compute_status(&dep, "h", &[], Timestamp::UNIX_EPOCH);
+        with_replica_failure(&mut next, &dep, None, Timestamp::UNIX_EPOCH);
+        assert!(
+            next.conditions
+                .unwrap()
+                .iter()
+                .all(|c| c.type_ != "ReplicaFailure")
+        );
     }
 
     #[test]

@@ -95,6 +95,9 @@ pub enum BuildError {
         "the build step is on but no registry is configured: set the function-controller's --build-registry (chart value function-controller.build.registry) or the kubeless-config key function-registry, or switch the build step off for this Function (spec.build.enabled: false)"
     )]
     NoRegistry,
+    /// The install's pod template policy refuses fields of the template (`InvalidSpec`).
+    #[error("{}", crate::policy::message(.0))]
+    TemplateRefused(Vec<crate::policy::Refusal>),
     /// A field cannot be interpreted.
     #[error("invalid {field}: {message}")]
     InvalidSpec {
@@ -111,7 +114,7 @@ impl BuildError {
         use kubeless_api::conditions::reasons;
         match self {
             Self::UnknownRuntime { .. } => reasons::UNKNOWN_RUNTIME,
-            Self::InvalidSpec { .. } => reasons::INVALID_SPEC,
+            Self::InvalidSpec { .. } | Self::TemplateRefused(_) => reasons::INVALID_SPEC,
             Self::NoRegistry => reasons::BUILD_FAILED,
         }
     }
@@ -256,6 +259,7 @@ pub fn build(f: &Function, cfg: &ControllerConfig) -> Result<Desired, BuildError
     };
     let mut deployment = deployment_base(f, cfg)?;
     check_replicas(&deployment)?;
+    check_policy(f, cfg)?;
     deployment.metadata = ObjectMeta {
         annotations: deployment.metadata.annotations.take(),
         labels: Some(merged(deployment.metadata.labels.take(), &labels)),
@@ -539,6 +543,23 @@ fn deployment_base(f: &Function, cfg: &ControllerConfig) -> Result<Deployment, B
     Ok(dep)
 }
 
+/// Checks the Function's own template (not the install's default Deployment, which the
+/// install chose) against the install's pod template policy.
+fn check_policy(f: &Function, cfg: &ControllerConfig) -> Result<(), BuildError> {
+    let Some(t) = &f.spec.deployment else {
+        return Ok(());
+    };
+    let template = DeploymentTemplate(t.0.clone())
+        .to_deployment()
+        .map_err(|e| BuildError::invalid("deployment", error_text(&e)))?;
+    let refused = cfg.template_policy.check(&template);
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(BuildError::TemplateRefused(refused))
+    }
+}
+
 /// Merges `over` into `base`, `over` winning. Objects merge key by key; `containers` merge by
 /// position (the first one is the function's) and `env` by name, so a config default env var
 /// and a function env var can coexist; other lists are replaced. Nulls in `over` are ignored,
@@ -685,19 +706,9 @@ fn shape_deployment(
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Volume::default()
     });
-    if pod.security_context.is_none() {
-        pod.security_context = Some(PodSecurityContext {
-            run_as_user: Some(FUNCTION_UID),
-            run_as_group: Some(FUNCTION_UID),
-            fs_group: Some(FUNCTION_UID),
-            run_as_non_root: Some(true),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".into(),
-                localhost_profile: None,
-            }),
-            ..PodSecurityContext::default()
-        });
-    }
+    pod.security_context = Some(restricted_pod_security_context(
+        pod.security_context.take().unwrap_or_default(),
+    ));
     if pod.affinity.is_none() {
         // Spread replicas over nodes when possible, as Kubeless did.
         pod.affinity = Some(Affinity {
@@ -750,8 +761,16 @@ fn shape_deployment(
     if pod.containers.is_empty() {
         pod.containers.push(Container::default());
     }
+    runtime_container(&mut pod.containers[0], ctx, plan);
+    // Every container, sidecars of the template included: PodSecurity checks each one.
+    let pod_sc = pod.security_context.clone();
+    for c in &mut pod.containers {
+        c.security_context = Some(restricted_container_security_context(
+            c.security_context.take().unwrap_or_default(),
+            pod_sc.as_ref(),
+        ));
+    }
     let c = &mut pod.containers[0];
-    runtime_container(c, ctx, plan);
     if cfg.listen_on_pod_ip {
         let vars = c.env.get_or_insert_with(Vec::new);
         upsert_env(
@@ -831,8 +850,70 @@ fn runtime_container(c: &mut Container, ctx: &PodContext<'_>, plan: &RuntimePlan
     let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
     mounts.retain(|m| m.name != INSTALL_VOLUME && m.name != SRC_VOLUME);
     mounts.push(mount(INSTALL_VOLUME, INSTALL_DIR, false));
-    if c.security_context.is_none() {
-        c.security_context = Some(restricted_security_context());
+}
+
+/// The pod securityContext of a function pod: every field the template left out takes the
+/// value PodSecurity `restricted` asks for (non-root user and group [`FUNCTION_UID`], seccomp
+/// `RuntimeDefault`); the fields the template set are kept.
+pub(crate) fn restricted_pod_security_context(mut sc: PodSecurityContext) -> PodSecurityContext {
+    // A template that runs as root (allowed by the install's policy) must not be contradicted:
+    // runAsNonRoot true with runAsUser 0 is a pod the kubelet refuses to start.
+    let root = sc.run_as_user == Some(0);
+    if sc.run_as_user.is_none() {
+        sc.run_as_user = Some(FUNCTION_UID);
+    }
+    if sc.run_as_group.is_none() {
+        sc.run_as_group = Some(FUNCTION_UID);
+    }
+    if sc.fs_group.is_none() {
+        sc.fs_group = Some(FUNCTION_UID);
+    }
+    if sc.run_as_non_root.is_none() && !root {
+        sc.run_as_non_root = Some(true);
+    }
+    if sc.seccomp_profile.is_none() {
+        sc.seccomp_profile = Some(runtime_default_seccomp());
+    }
+    sc
+}
+
+/// A container securityContext merged field by field with [`restricted_security_context`]:
+/// what the template set is kept, every other field takes the restricted default, so a
+/// template that only sets `runAsUser: 1000` still gives a pod PodSecurity `restricted` admits.
+/// Defaults that would contradict what the template set (an install that allows it) are left
+/// out: no `allowPrivilegeEscalation: false` beside `privileged: true` or an added
+/// `SYS_ADMIN` (the API server refuses the pair), no `runAsNonRoot: true` for a root user.
+pub(crate) fn restricted_container_security_context(
+    mut sc: SecurityContext,
+    pod: Option<&PodSecurityContext>,
+) -> SecurityContext {
+    let defaults = restricted_security_context();
+    let caps = sc.capabilities.get_or_insert_with(Default::default);
+    if caps.drop.is_none() {
+        caps.drop = defaults.capabilities.and_then(|c| c.drop);
+    }
+    let sys_admin = caps.add.iter().flatten().any(|c| {
+        c.trim_start_matches("CAP_")
+            .eq_ignore_ascii_case("SYS_ADMIN")
+    });
+    if sc.allow_privilege_escalation.is_none() && sc.privileged != Some(true) && !sys_admin {
+        sc.allow_privilege_escalation = defaults.allow_privilege_escalation;
+    }
+    let user = sc.run_as_user.or(pod.and_then(|p| p.run_as_user));
+    let pod_says_root = pod.and_then(|p| p.run_as_non_root) == Some(false);
+    if sc.run_as_non_root.is_none() && user != Some(0) && !pod_says_root {
+        sc.run_as_non_root = defaults.run_as_non_root;
+    }
+    if sc.seccomp_profile.is_none() {
+        sc.seccomp_profile = defaults.seccomp_profile;
+    }
+    sc
+}
+
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".into(),
+        localhost_profile: None,
     }
 }
 

@@ -125,6 +125,8 @@ pub struct ControllerConfig {
     pub build: BuildSettings,
     /// The build keys the ConfigMap set.
     pub build_keys: BuildKeys,
+    /// What a Function's pod template may ask for (controller flags).
+    pub template_policy: crate::policy::TemplatePolicy,
 }
 
 impl Default for ControllerConfig {
@@ -139,6 +141,7 @@ impl Default for ControllerConfig {
             scale_to_zero: Default::default(),
             build: BuildSettings::default(),
             build_keys: BuildKeys::default(),
+            template_policy: Default::default(),
         }
     }
 }

@@ -138,10 +138,55 @@ pub fn deployment_readiness(dep: &Deployment) -> (i32, i32, bool) {
     (replicas, ready, available && enough)
 }
 
+/// The message of the Deployment's `ReplicaFailure` condition (reason `FailedCreate`: the
+/// API server refused its pods; the ReplicaSet controller puts the server's answer there),
+/// when it describes the Deployment's current generation.
+pub fn replica_failure(dep: &Deployment) -> Option<String> {
+    let status = dep.status.as_ref()?;
+    if status.observed_generation.is_some()
+        && dep.metadata.generation.is_some()
+        && status.observed_generation < dep.metadata.generation
+    {
+        return None;
+    }
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+        .map(|c| {
+            format!(
+                "the API server refuses the function's pods ({}): {}",
+                c.reason.as_deref().unwrap_or("FailedCreate"),
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn replica_failure_reads_the_current_condition() {
+        let dep = |generation: i64, observed: i64, status: &str| -> Deployment {
+            serde_json::from_value(json!({"metadata": {"name": "f", "generation": generation},
+                "status": {"observedGeneration": observed, "conditions": [
+                    {"type": "Available", "status": "False"},
+                    {"type": "ReplicaFailure", "status": status, "reason": "FailedCreate",
+                     "message": "pods \"f-1-\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true"}]}}))
+            .unwrap()
+        };
+        let m = replica_failure(&dep(2, 2, "True")).unwrap();
+        assert!(
+            m.contains("FailedCreate") && m.contains("runAsNonRoot != true"),
+            "{m}"
+        );
+        assert_eq!(replica_failure(&dep(2, 2, "False")), None);
+        // A condition about the previous template says nothing about the new one.
+        assert_eq!(replica_failure(&dep(3, 2, "True")), None);
+    }
 
     fn pod(status: serde_json::Value) -> Pod {
         serde_json::from_value(json!({"metadata": {"name": "p1"}, "status": status})).unwrap()

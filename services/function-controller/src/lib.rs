@@ -14,6 +14,7 @@ pub mod config;
 pub mod diagnose;
 mod error;
 pub mod metrics;
+pub mod policy;
 pub mod reconcile;
 pub mod scale;
 pub mod warm;
@@ -177,6 +178,9 @@ pub struct ControllerArgs {
         default_value = kubeless_api::warm::DEFAULT_TOKEN_SECRET
     )]
     pub warm_pool_secret: String,
+    /// The pod template policy.
+    #[command(flatten)]
+    pub template_policy: policy::PolicyArgs,
 }
 
 fn parse_idle(s: &str) -> Result<std::time::Duration, String> {
@@ -221,6 +225,8 @@ pub struct Settings {
     pub build: config::BuildSettings,
     /// See [`ControllerArgs::warm_pool`]; the pool lives in `config_namespace`.
     pub warm: warm::WarmSettings,
+    /// See [`ControllerArgs::template_policy`].
+    pub template_policy: policy::TemplatePolicy,
 }
 
 impl Default for Settings {
@@ -236,6 +242,7 @@ impl Default for Settings {
             scale_to_zero: Default::default(),
             build: Default::default(),
             warm: Default::default(),
+            template_policy: Default::default(),
         }
     }
 }
@@ -259,8 +266,10 @@ impl Settings {
             builder_image,
             warm_pool,
             warm_pool_secret,
+            template_policy,
         } = args;
         Self {
+            template_policy: template_policy.into(),
             warm: warm::WarmSettings {
                 runtimes: warm_pool,
                 namespace: kubeless_namespace.clone(),
@@ -369,6 +378,7 @@ fn config_from(cm: &ConfigMap, s: &Settings) -> ControllerConfig {
     cfg.cluster_domain.clone_from(&s.cluster_domain);
     cfg.scale_to_zero = s.scale_to_zero;
     cfg.build = cfg.build_keys.over(&s.build);
+    cfg.template_policy.clone_from(&s.template_policy);
     cfg
 }
 
@@ -378,6 +388,7 @@ fn default_config(s: &Settings) -> ControllerConfig {
         cluster_domain: s.cluster_domain.clone(),
         scale_to_zero: s.scale_to_zero,
         build: s.build.clone(),
+        template_policy: s.template_policy.clone(),
         ..ControllerConfig::default()
     }
 }

@@ -371,6 +371,8 @@ async fn apply(f: &Function, ctx: &Context) -> Result<Action, Error> {
             reasons::RECONCILED,
             format!("{ready_replicas}/{replicas} replicas ready"),
         )
+    } else if let Some(message) = dep.as_deref().and_then(diagnose::replica_failure) {
+        Condition::not_ready(reasons::PODS_REFUSED, message)
     } else {
         match current_failure(f, ctx, &desired).await {
             Some((reason, message)) => Condition::not_ready(reason, message),
@@ -471,11 +473,15 @@ async fn apply_children(
     hold_deployment: bool,
 ) -> Result<(), Error> {
     let s = &ctx.stores;
+    // What the pods need comes first: the code ConfigMap they mount and the Service that
+    // routes to them. A refusal stops here, so a Deployment never runs pods nobody can reach
+    // (a Service without pods is harmless); the condition names the refused child and the
+    // next reconcile (backoff) completes the rest.
     apply_if_changed(ctx, &s.config_maps, &d.config_map, "ConfigMap").await?;
+    apply_if_changed(ctx, &s.services, &d.service, "Service").await?;
     if !hold_deployment {
         apply_if_changed(ctx, &s.deployments, &d.deployment, "Deployment").await?;
     }
-    apply_if_changed(ctx, &s.services, &d.service, "Service").await?;
     if let Some(hpa) = &d.hpa {
         apply_if_changed(ctx, &s.hpas, hpa, "HorizontalPodAutoscaler").await?;
     }

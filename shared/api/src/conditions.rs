@@ -38,6 +38,9 @@ pub mod reasons {
     pub const BUILD_FAILED: &str = "BuildFailed";
     /// The function's pods crash or fail their probes.
     pub const DEPLOYMENT_FAILED: &str = "DeploymentFailed";
+    /// The API server refuses the function's pods (the Deployment's `ReplicaFailure`
+    /// condition, reason `FailedCreate`: PodSecurity admission, a quota, a webhook).
+    pub const PODS_REFUSED: &str = "PodsRefused";
     /// A trigger names a function that does not exist.
     pub const FUNCTION_NOT_FOUND: &str = "FunctionNotFound";
     /// A selector-based trigger matches no function.

@@ -209,6 +209,10 @@ fn function_template_wins_over_config_default() {
                 "nodeSelector": {"disk": "ssd"},
                 "containers": [{"env": [{"name": "A", "value": "config"}, {"name": "B", "value": "config"}]}]}}}
         })),
+        template_policy: crate::policy::TemplatePolicy {
+            allowed_service_accounts: vec!["fn-sa".into()],
+            ..Default::default()
+        },
         ..ControllerConfig::default()
     };
     let f = py(
@@ -418,14 +422,16 @@ fn function_pods_pass_pod_security_restricted() {
         Some(2000),
         "the template's user is kept"
     );
-    // A template may still override a container's securityContext (Kubeless allowed it);
-    // the checker sees what that costs.
+    // An install in Kubeless mode lets a template run as root (the restricted policy refuses
+    // it); the checker sees what that costs.
+    let mut kubeless = cfg();
+    kubeless.template_policy.mode = crate::policy::PolicyMode::Kubeless;
     let d = build(
         &py(
             json!({"deployment": {"spec": {"template": {"spec": {"containers": [{
             "name": "hello", "securityContext": {"runAsUser": 0}}]}}}}}),
         ),
-        &cfg(),
+        &kubeless,
     )
     .unwrap();
     let v = restricted_violations(pod_spec(&d));
@@ -620,4 +626,148 @@ fn the_built_image_runs_without_install_steps_or_code_volume() {
     assert_eq!(d.image, image);
     assert_ne!(applied_hash(&d.deployment).map(str::to_string), before);
     assert_eq!(restricted_violations(pod), Vec::<String>::new());
+}
+
+fn runtime_sc(d: &Desired) -> SecurityContext {
+    pod_spec(d).containers[0].security_context.clone().unwrap()
+}
+
+#[test]
+fn a_template_security_context_is_merged_with_the_restricted_defaults() {
+    let tmpl = |sc: Value| {
+        py(
+            json!({"deployment": {"spec": {"template": {"spec": {"containers": [{
+            "name": "hello", "securityContext": sc}]}}}}}),
+        )
+    };
+    // Only a user: every other field keeps its restricted default, and the pod passes.
+    let d = build(&tmpl(json!({"runAsUser": 1000})), &cfg()).unwrap();
+    let sc = runtime_sc(&d);
+    assert_eq!(sc.run_as_user, Some(1000));
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    assert_eq!(sc.run_as_non_root, Some(true));
+    assert_eq!(
+        sc.capabilities.as_ref().unwrap().drop,
+        Some(vec!["ALL".to_string()])
+    );
+    assert_eq!(sc.seccomp_profile.as_ref().unwrap().type_, "RuntimeDefault");
+    assert_eq!(restricted_violations(pod_spec(&d)), Vec::<String>::new());
+    // An added capability keeps the default drop list beside it.
+    let d = build(
+        &tmpl(
+            json!({"capabilities": {"add": ["NET_BIND_SERVICE"]}, "readOnlyRootFilesystem": true}),
+        ),
+        &cfg(),
+    )
+    .unwrap();
+    let sc = runtime_sc(&d);
+    let caps = sc.capabilities.unwrap();
+    assert_eq!(caps.add, Some(vec!["NET_BIND_SERVICE".to_string()]));
+    assert_eq!(caps.drop, Some(vec!["ALL".to_string()]));
+    assert_eq!(sc.read_only_root_filesystem, Some(true));
+    assert_eq!(restricted_violations(pod_spec(&d)), Vec::<String>::new());
+    // What the template set wins, even where it is weaker (the policy judges that, not the
+    // merge): its own seccomp profile and drop list are kept.
+    let d = build(
+        &tmpl(
+            json!({"seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"},
+            "capabilities": {"drop": ["NET_RAW"]}}),
+        ),
+        &cfg(),
+    )
+    .unwrap();
+    let sc = runtime_sc(&d);
+    assert_eq!(sc.seccomp_profile.unwrap().type_, "Localhost");
+    assert_eq!(
+        sc.capabilities.unwrap().drop,
+        Some(vec!["NET_RAW".to_string()])
+    );
+    assert_eq!(sc.allow_privilege_escalation, Some(false));
+    // Defaults that would contradict the template (an install that allows it) stay out:
+    // the API server refuses privileged with allowPrivilegeEscalation false, and the kubelet
+    // refuses runAsNonRoot with user 0.
+    let kubeless = ControllerConfig {
+        template_policy: crate::policy::TemplatePolicy {
+            mode: crate::policy::PolicyMode::Kubeless,
+            ..Default::default()
+        },
+        ..cfg()
+    };
+    let d = build(
+        &tmpl(json!({"privileged": true, "runAsUser": 0})),
+        &kubeless,
+    )
+    .unwrap();
+    let sc = runtime_sc(&d);
+    assert_eq!(sc.privileged, Some(true));
+    assert_eq!(sc.allow_privilege_escalation, None);
+    assert_eq!(sc.run_as_non_root, None);
+    // A sidecar of the template gets the same defaults.
+    let d = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {"containers": [
+            {"name": "hello"}, {"name": "side", "image": "s", "securityContext": {"runAsUser": 7}}]}}}}})),
+        &cfg(),
+    )
+    .unwrap();
+    let side = pod_spec(&d).containers[1].security_context.clone().unwrap();
+    assert_eq!(side.run_as_user, Some(7));
+    assert_eq!(side.allow_privilege_escalation, Some(false));
+    assert_eq!(restricted_violations(pod_spec(&d)), Vec::<String>::new());
+}
+
+#[test]
+fn a_template_pod_security_context_is_merged_with_the_restricted_defaults() {
+    let d = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {
+            "securityContext": {"runAsUser": 1000}}}}}})),
+        &cfg(),
+    )
+    .unwrap();
+    let psc = pod_spec(&d).security_context.clone().unwrap();
+    assert_eq!(psc.run_as_user, Some(1000));
+    assert_eq!(psc.run_as_group, Some(FUNCTION_UID));
+    assert_eq!(psc.fs_group, Some(FUNCTION_UID));
+    assert_eq!(psc.run_as_non_root, Some(true));
+    assert_eq!(psc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    assert_eq!(restricted_violations(pod_spec(&d)), Vec::<String>::new());
+    // The fsGroup the template chose is kept.
+    let d = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {
+            "securityContext": {"fsGroup": 3000}}}}}})),
+        &cfg(),
+    )
+    .unwrap();
+    let psc = pod_spec(&d).security_context.clone().unwrap();
+    assert_eq!(
+        (psc.fs_group, psc.run_as_user),
+        (Some(3000), Some(FUNCTION_UID))
+    );
+}
+
+#[test]
+fn the_template_policy_refuses_host_access_as_invalid_spec() {
+    let e = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {"hostNetwork": true}}}}})),
+        &cfg(),
+    )
+    .unwrap_err();
+    assert_eq!(e.reason(), "InvalidSpec");
+    assert!(
+        e.to_string()
+            .contains("spec.deployment.spec.template.spec.hostNetwork"),
+        "{e}"
+    );
+    // The install's default Deployment is the install's choice, not checked.
+    let mut c = cfg();
+    c.default_deployment = Some(json!({"spec": {"template": {"spec": {"hostNetwork": true}}}}));
+    assert!(build(&py(json!({})), &c).is_ok());
+    // Allowed by the install: built, and the field is copied through.
+    c.default_deployment = None;
+    c.template_policy.allow_host_network = true;
+    let d = build(
+        &py(json!({"deployment": {"spec": {"template": {"spec": {"hostNetwork": true}}}}})),
+        &c,
+    )
+    .unwrap();
+    assert_eq!(pod_spec(&d).host_network, Some(true));
 }

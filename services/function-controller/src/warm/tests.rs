@@ -122,7 +122,9 @@ fn a_plain_function_is_specialized_with_its_code_and_env() {
 
 #[test]
 fn functions_that_need_more_than_code_are_not_eligible() {
-    let cfg = ControllerConfig::default();
+    let mut cfg = ControllerConfig::default();
+    // The install allows the ServiceAccount of the last case.
+    cfg.template_policy.allowed_service_accounts = vec!["robot".into()];
     let pool = pool_spec(&cfg);
     let cases = [
         serde_json::json!({"deps": "requests==2.31.0"}),
