@@ -31,6 +31,8 @@ use crate::error::Error;
 use crate::ingress::{self, BuildError, FunctionPort};
 use crate::metrics::ControllerMetrics;
 
+use crate::claims::{HostPolicy, refusals};
+
 /// The one field manager of every write.
 pub const FIELD_MANAGER: &str = "kubeless-http-trigger-controller";
 /// Requeue of a ready trigger (a safety net; the watches do the real work).
@@ -45,6 +47,10 @@ pub struct Context {
     pub metrics: ControllerMetrics,
     /// Retry delays of failing triggers.
     pub backoff: kubeless_service::Backoff,
+    /// Every watched trigger, for the host claims.
+    pub triggers: Store<DeserializeGuard<HttpTrigger>>,
+    /// Which namespace may route which host.
+    pub hosts: Arc<HostPolicy>,
 }
 
 /// Runs the controller until `shutdown` is cancelled.
@@ -53,6 +59,7 @@ pub async fn run(
     namespace: Option<String>,
     instance: Option<String>,
     metrics: ControllerMetrics,
+    hosts: Arc<HostPolicy>,
     shutdown: CancellationToken,
 ) {
     // Triggers and Functions are watched guarded: one object that does not deserialize costs
@@ -73,6 +80,8 @@ pub async fn run(
     let functions: Api<Guarded<Function>> = api_of(&client, ns);
     let services: Api<Service> = api_of(&client, ns);
     let ingresses: Api<Ingress> = api_of(&client, ns);
+    let controller = Controller::new(triggers, watcher::Config::default());
+    let store = controller.store();
     let ctx = Arc::new(Context {
         client: client.clone(),
         recorder: Recorder::new(
@@ -84,9 +93,9 @@ pub async fn run(
         ),
         metrics,
         backoff: kubeless_service::Backoff::default(),
+        triggers: store.clone(),
+        hosts,
     });
-    let controller = Controller::new(triggers, watcher::Config::default());
-    let store = controller.store();
     let by_function = store.clone();
     let by_service = store;
     controller
@@ -200,6 +209,21 @@ async fn reconcile_trigger(t: Arc<HttpTrigger>, ctx: Arc<Context>) -> Result<Act
 }
 
 async fn apply(t: &HttpTrigger, ns: &str, ctx: &Context) -> Result<Action, Error> {
+    // Another namespace's host: no Ingress (fail closed: one made before the conflict goes).
+    let all: Vec<Arc<DeserializeGuard<HttpTrigger>>> = ctx.triggers.state();
+    let valid = all.iter().filter_map(|g| g.0.as_ref().ok());
+    if let Some(r) = refusals(valid, &ctx.hosts).remove(&(ns.to_string(), t.name_any())) {
+        delete_owned_ingress(t, ns, ctx).await?;
+        write_status(
+            t,
+            ctx,
+            Condition::not_ready(reasons::ROUTE_CONFLICT, r.message()),
+            None,
+        )
+        .await?;
+        // The owner's trigger going away is not a change of this one: look again later.
+        return Ok(Action::requeue(MISSING_RESYNC));
+    }
     if let Err(e) = ingress::validate(t) {
         if e == BuildError::BasicAuthUnsupported {
             // Fail closed: an Ingress from before the secret was added would expose the

@@ -16,6 +16,8 @@ pub enum Error {
     },
     #[error("the HTTPTrigger {0} has no namespace")]
     NoNamespace(String),
+    #[error("invalid host policy")]
+    HostPolicy(#[source] crate::claims::BadClaim),
     #[error("binding the gateway to {addr} failed")]
     Bind {
         addr: std::net::SocketAddr,
@@ -38,6 +40,7 @@ impl Error {
             },
             Self::NoNamespace(_) => "no_namespace",
             Self::Bind { .. } => "bind",
+            Self::HostPolicy(_) => "host_policy",
         }
     }
 }

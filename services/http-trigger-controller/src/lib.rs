@@ -10,6 +10,7 @@
 //! [`serve`] is what the binary runs under the kubeless-service scaffold; [`run`] is the
 //! library entry point integration tests call.
 
+pub mod claims;
 pub mod controller;
 mod error;
 pub mod gateway;
@@ -90,6 +91,15 @@ pub struct ControllerArgs {
         default_value_t = 1000
     )]
     pub wake_queue: usize,
+    /// Tenancy: a host `*.NS.DOMAIN` (and `NS.DOMAIN`) may be routed only by triggers of
+    /// namespace `NS`, e.g. `apps.example.com`. Empty: no such rule.
+    #[arg(long = "tenant-domain", env = "KUBELESS_TENANT_DOMAIN", default_value = "")]
+    pub tenant_domain: String,
+    /// Tenancy: hosts that belong to a namespace, `NAMESPACE=HOST` or `NAMESPACE=*.SUFFIX`,
+    /// comma separated. Hosts no rule gives away belong to the namespace that claimed them
+    /// first.
+    #[arg(long = "host-claims", env = "KUBELESS_HOST_CLAIMS", default_value = "")]
+    pub host_claims: String,
 }
 
 /// The whole command line.
@@ -144,6 +154,8 @@ pub struct Settings {
     pub lease: Option<LeaseConfig>,
     /// How the gateway records activity and holds requests for functions at zero.
     pub wake: WakeSettings,
+    /// Which namespace may route which host (gateway and Ingresses alike).
+    pub hosts: Arc<claims::HostPolicy>,
 }
 
 impl Settings {
@@ -151,7 +163,7 @@ impl Settings {
         args: ControllerArgs,
         namespace: Option<String>,
         lease: Option<LeaseConfig>,
-    ) -> Self {
+    ) -> Result<Self, Error> {
         let ControllerArgs {
             ingress,
             gateway,
@@ -160,8 +172,12 @@ impl Settings {
             activity,
             wake_timeout,
             wake_queue,
+            tenant_domain,
+            host_claims,
         } = args;
-        Self {
+        let hosts = claims::HostPolicy::from_flags(&tenant_domain, &host_claims)
+            .map_err(Error::HostPolicy)?;
+        Ok(Self {
             namespace,
             ingress,
             gateway_addr: gateway.then_some(gateway_addr),
@@ -173,7 +189,8 @@ impl Settings {
                 timeout: wake_timeout,
                 queue: wake_queue,
             },
-        }
+            hosts: Arc::new(hosts),
+        })
     }
 }
 
@@ -187,7 +204,7 @@ pub async fn serve(
         Some(c) => c,
         None => Client::try_default().await.map_err(Error::Client)?,
     };
-    let settings = Settings::from_args(args, ctx.config.watch_namespace.clone(), lease);
+    let settings = Settings::from_args(args, ctx.config.watch_namespace.clone(), lease)?;
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone()).await?;
     // Ready once the gateway has its routes (at once without a gateway).
     let readiness = ctx.readiness.clone();
@@ -255,8 +272,14 @@ pub async fn run(
         gateway_addr = Some(local);
         tasks.push(server);
         let (client, ns, token) = (client.clone(), settings.namespace.clone(), shutdown.clone());
+        // Without the Ingress controller nobody else reports refused routes: the feed does.
+        let routes = gateway::feed::RouteSettings {
+            hosts: Arc::clone(&settings.hosts),
+            report_conflicts: !settings.ingress,
+            instance: settings.instance.clone(),
+        };
         tasks.push(tokio::spawn(async move {
-            gateway::feed::run(gw, resolver, activity, client, ns, token, move || {
+            gateway::feed::run(gw, resolver, activity, client, ns, routes, token, move || {
                 synced_tx.send_replace(true);
             })
             .await
@@ -269,7 +292,12 @@ pub async fn run(
         let token = shutdown.clone();
         match settings.lease.clone() {
             None => tasks.push(tokio::spawn(controller::run(
-                client, ns, instance, cm, token,
+                client,
+                ns,
+                instance,
+                cm,
+                Arc::clone(&settings.hosts),
+                token,
             ))),
             Some(lease) => {
                 let lease_metrics = LeaseMetrics::register(metrics);
@@ -280,6 +308,7 @@ pub async fn run(
                     ns,
                     instance,
                     cm,
+                    Arc::clone(&settings.hosts),
                     token,
                 )))
             }
@@ -300,6 +329,7 @@ async fn run_while_leader(
     namespace: Option<String>,
     instance: Option<String>,
     metrics: ControllerMetrics,
+    hosts: Arc<claims::HostPolicy>,
     shutdown: CancellationToken,
 ) {
     let election_token = CancellationToken::new();
@@ -314,15 +344,16 @@ async fn run_while_leader(
         let term = shutdown.child_token();
         let (done_tx, done_rx) = oneshot::channel::<()>();
         let ctrl = tokio::spawn({
-            let (client, ns, instance, metrics, term) = (
+            let (client, ns, instance, metrics, hosts, term) = (
                 client.clone(),
                 namespace.clone(),
                 instance.clone(),
                 metrics.clone(),
+                Arc::clone(&hosts),
                 term.clone(),
             );
             async move {
-                controller::run(client, ns, instance, metrics, term).await;
+                controller::run(client, ns, instance, metrics, hosts, term).await;
                 let _ = done_tx.send(());
             }
         });
@@ -349,7 +380,7 @@ mod tests {
     #[test]
     fn scale_to_zero_flags_parse_durations_and_have_defaults() {
         let cli = Cli::try_parse_from(["http-trigger-controller"]).unwrap();
-        let s = Settings::from_args(cli.controller, None, None);
+        let s = Settings::from_args(cli.controller, None, None).unwrap();
         assert_eq!(s.wake, WakeSettings::default());
         let cli = Cli::try_parse_from([
             "http-trigger-controller",
@@ -361,7 +392,7 @@ mod tests {
             "3",
         ])
         .unwrap();
-        let s = Settings::from_args(cli.controller, None, None);
+        let s = Settings::from_args(cli.controller, None, None).unwrap();
         assert_eq!(
             s.wake,
             WakeSettings {

@@ -43,6 +43,10 @@ pub mod reasons {
     pub const PODS_REFUSED: &str = "PodsRefused";
     /// A trigger names a function that does not exist.
     pub const FUNCTION_NOT_FOUND: &str = "FunctionNotFound";
+    /// An HTTPTrigger names a host (or, without one, every host) that belongs to another
+    /// namespace: the install's host policy gives it away, or another namespace claimed it
+    /// first. The trigger is not served.
+    pub const ROUTE_CONFLICT: &str = "RouteConflict";
     /// A selector-based trigger matches no function.
     pub const NO_FUNCTIONS_SELECTED: &str = "NoFunctionsSelected";
     /// The label selector of a trigger is invalid.

@@ -2,7 +2,7 @@
 //! HTTPTriggers, Functions, function Services and EndpointSlices. Every Function event also
 //! goes to the scale-to-zero [`Activity`] records.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,8 +16,11 @@ use kube::{
         watcher,
     },
 };
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kubeless_api::{
-    Function, FunctionStatus, HttpTrigger,
+    Condition, Function, FunctionStatus, HttpTrigger,
+    conditions::{READY, find_condition, reasons, set_condition},
     labels::{CREATED_BY, CREATED_BY_VALUE},
     scale::SCALED_TO_ZERO,
 };
@@ -27,6 +30,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
+use crate::claims::{HostPolicy, Refusal, refusals};
 use super::routes::RouteTable;
 
 /// Changes arriving within this window are folded into one rebuild.
@@ -154,18 +158,39 @@ fn strip_function(f: &mut Function) {
     });
 }
 
+/// Which triggers the gateway serves, and whether it reports the ones it refuses.
+#[derive(Clone, Debug, Default)]
+pub struct RouteSettings {
+    /// The install's host policy.
+    pub hosts: Arc<HostPolicy>,
+    /// Write `Ready=False RouteConflict` (and a Warning Event) on refused triggers, and clear
+    /// it when the conflict ends. On when no Ingress controller runs to do it.
+    pub report_conflicts: bool,
+    /// Reporting instance of the Events (the pod name).
+    pub instance: Option<String>,
+}
+
 /// Runs the watches and rebuilds the routes until `shutdown`. `ready` is called once every
 /// cache (EndpointSlices included) has its initial list and the first table is in place.
 /// Every Function event is shown to `activity` first.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     gateway: Arc<Gateway>,
     resolver: Arc<EndpointSliceResolver>,
     activity: Arc<Activity>,
     client: Client,
     namespace: Option<String>,
+    routes: RouteSettings,
     shutdown: CancellationToken,
     ready: impl FnOnce() + Send,
 ) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: crate::controller::FIELD_MANAGER.into(),
+            instance: routes.instance.clone(),
+        },
+    );
     let ns = namespace.as_deref();
     let notify = Arc::new(Notify::new());
     // Guarded: one trigger or Function that does not deserialize must not take every route
@@ -206,14 +231,20 @@ pub async fn run(
         let _ = functions.wait_until_ready().await;
         let _ = services.wait_until_ready().await;
         resolver.wait_synced().await;
-        gateway.set_routes(table(&triggers, &functions, &services));
+        let (t, mut refused) = table(&triggers, &functions, &services, &routes.hosts);
+        gateway.set_routes(t);
         ready();
+        let mut reported = BTreeMap::new();
         loop {
+            if routes.report_conflicts {
+                report_conflicts(&client, &recorder, &triggers, &refused, &mut reported).await;
+            }
             notify.notified().await;
             tokio::time::sleep(DEBOUNCE).await;
-            let t = table(&triggers, &functions, &services);
-            tracing::debug!(routes = t.len(), "gateway routes rebuilt");
+            let (t, r) = table(&triggers, &functions, &services, &routes.hosts);
+            tracing::debug!(routes = t.len(), refused = r.len(), "gateway routes rebuilt");
             gateway.set_routes(t);
+            refused = r;
         }
     };
     tokio::select! {
@@ -228,13 +259,114 @@ fn table(
     triggers: &Store<HttpTrigger>,
     functions: &Store<Function>,
     services: &Store<Service>,
-) -> RouteTable {
+    hosts: &HostPolicy,
+) -> (RouteTable, Refusals) {
     let state = triggers.state();
-    RouteTable::build(
+    let refused = refusals(state.iter().map(|t| t.as_ref()), hosts);
+    let table = RouteTable::build(
         state.iter().map(|t| t.as_ref()),
+        &refused,
         |ns, name| functions.get(&ObjectRef::new(name).within(ns)),
         |ns, name| services.get(&ObjectRef::new(name).within(ns)),
-    )
+    );
+    (table, refused)
+}
+
+type Refusals = BTreeMap<(String, String), Refusal>;
+
+/// Marks refused triggers `Ready=False RouteConflict` with a Warning Event, and triggers whose
+/// conflict ended `Ready=True` again. `reported` remembers what was written, so a steady state
+/// costs no write; a failed write is tried again on the next pass.
+async fn report_conflicts(
+    client: &Client,
+    recorder: &Recorder,
+    triggers: &Store<HttpTrigger>,
+    refused: &Refusals,
+    reported: &mut Refusals,
+) {
+    for t in triggers.state() {
+        let key = (t.namespace().unwrap_or_default(), t.name_any());
+        let current = t
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, READY));
+        let in_conflict =
+            current.is_some_and(|c| c.reason.as_deref() == Some(reasons::ROUTE_CONFLICT));
+        let condition = match refused.get(&key) {
+            Some(r) => {
+                let message = r.message();
+                let said = in_conflict && current.and_then(|c| c.message.as_deref()) == Some(&message);
+                if said && reported.get(&key) == Some(r) {
+                    continue;
+                }
+                Condition::not_ready(reasons::ROUTE_CONFLICT, message)
+            }
+            None if in_conflict => Condition::ready(
+                reasons::RECONCILED,
+                format!("served by the gateway: host {} is this namespace's", host_shown(&t)),
+            ),
+            None => {
+                reported.remove(&key);
+                continue;
+            }
+        };
+        let refusal = refused.get(&key).cloned();
+        if write_condition(client, recorder, &t, condition).await {
+            match refusal {
+                Some(r) => {
+                    reported.insert(key, r);
+                }
+                None => {
+                    reported.remove(&key);
+                }
+            }
+        }
+    }
+    reported.retain(|k, _| refused.contains_key(k));
+}
+
+fn host_shown(t: &HttpTrigger) -> String {
+    let h = crate::claims::host_key(t);
+    if h.is_empty() { "(any)".into() } else { h }
+}
+
+/// Writes `condition` as the trigger's Ready condition and publishes it as an Event (Warning
+/// when not ready). `true` when the status was written.
+async fn write_condition(
+    client: &Client,
+    recorder: &Recorder,
+    t: &HttpTrigger,
+    condition: Condition,
+) -> bool {
+    let mut status = t.status.clone().unwrap_or_default();
+    let generation = t.metadata.generation;
+    let (ready, reason, note) = (
+        condition.is_true(),
+        condition.reason.clone().unwrap_or_default(),
+        condition.message.clone().unwrap_or_default(),
+    );
+    set_condition(&mut status.conditions, condition.with_generation(generation));
+    status.observed_generation = generation;
+    let api: Api<HttpTrigger> = Api::namespaced(client.clone(), &t.namespace().unwrap_or_default());
+    let patch = serde_json::json!({ "status": status });
+    if let Err(e) = api
+        .patch_status(&t.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::warn!(trigger = %t.name_any(), error = %e, "writing the route status failed");
+        return false;
+    }
+    let event = KubeEvent {
+        type_: if ready { EventType::Normal } else { EventType::Warning },
+        reason,
+        note: Some(note.chars().take(1000).collect()),
+        action: "Route".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &t.object_ref(&())).await {
+        tracing::warn!(error = %e, "publishing the route Event failed");
+    }
+    true
 }
 
 #[cfg(test)]

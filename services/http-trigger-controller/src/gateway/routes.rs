@@ -128,12 +128,17 @@ impl RouteTable {
     }
 
     /// The table for a set of triggers; `function` and `service` look up by (namespace, name).
+    /// Triggers the host policy refuses ([`crate::claims::refusals`]) are left out.
     pub fn build<'a>(
         triggers: impl IntoIterator<Item = &'a HttpTrigger>,
+        refused: &std::collections::BTreeMap<(String, String), crate::claims::Refusal>,
         function: impl Fn(&str, &str) -> Option<Arc<Function>>,
         service: impl Fn(&str, &str) -> Option<Arc<Service>>,
     ) -> Self {
-        Self::from_routes(triggers.into_iter().map(|t| {
+        let served = triggers.into_iter().filter(|t| {
+            !refused.contains_key(&(t.namespace().unwrap_or_default(), t.name_any()))
+        });
+        Self::from_routes(served.map(|t| {
             let ns = t.namespace().unwrap_or_default();
             let name = t.spec.function_name.trim();
             let f = function(&ns, name);
