@@ -12,6 +12,8 @@
 set -euo pipefail
 
 DEFAULT_VERSIONS=(v1.34.4 v1.37.2)
+# The machine's Go (Debian's golang package, older, may also be on PATH).
+[ -x /usr/local/go/bin/go ] && export PATH="/usr/local/go/bin:$PATH"
 CACHE="${KUBELESS_K8S_CACHE:-$HOME/.cache/kubeless-rs/k8s}"
 # The Go toolchain the Go module proxy serves for modules whose go.mod needs more than ours.
 NEWER_GO=go1.27.3

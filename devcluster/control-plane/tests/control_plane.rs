@@ -248,3 +248,58 @@ async fn two_control_planes_side_by_side() {
     one.shutdown();
     two.shutdown();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_runs_until_sigterm() {
+    let _serial = SERIAL.lock().await;
+    let Some(version) = built_versions("up_runs_until_sigterm").first().copied() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().to_path_buf();
+    tokio::task::spawn_blocking(move || up_checks(version, &state))
+        .await
+        .unwrap();
+}
+
+fn up_checks(version: &str, state: &Path) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-control-plane"))
+        .args(["up", "--version", version, "--state-dir"])
+        .arg(state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    // `up` prints KUBECONFIG=... once the control plane is ready (the read ends if it exits).
+    let mut kubeconfig = None;
+    let mut printed = String::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(path) = line.strip_prefix("KUBECONFIG=") {
+            kubeconfig = Some(PathBuf::from(path));
+            break;
+        }
+    }
+    let kubeconfig = kubeconfig.unwrap_or_else(|| {
+        let _ = child.kill();
+        panic!("kube-control-plane up printed no KUBECONFIG:\n{printed}")
+    });
+    report!("kube-control-plane up: {}", printed.trim());
+    assert_eq!(
+        jsonpath(&kubeconfig, &["namespace", "default"], "{.metadata.name}"),
+        "default"
+    );
+    kubeless_testkit::signal(child.id(), nix::sys::signal::Signal::SIGTERM);
+    let status = poll(
+        "kube-control-plane to exit after SIGTERM",
+        Duration::from_secs(30),
+        || child.try_wait().unwrap(),
+    );
+    assert!(status.success(), "{status}");
+    // Its processes are gone with it: the API server no longer answers.
+    let out = kubectl(&kubeconfig, &["get", "namespace", "default"], None);
+    assert!(!out.status.success(), "{}", output_text(&out));
+}
