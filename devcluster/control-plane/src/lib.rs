@@ -260,7 +260,7 @@ impl ControlPlane {
             "kube-apiserver-kubelet-client",
             &["system:masters"],
         )?;
-        let sa_key = pki::key_file(&pki_dir, "service-account")?;
+        let (sa_key, sa_pub) = pki::key_files(&pki_dir, "service-account")?;
         let admin_kubeconfig = state.join("admin.kubeconfig");
         let admin = ca.client(&pki_dir, "admin", "kubernetes-admin", &["system:masters"])?;
         write_kubeconfig(&admin_kubeconfig, &server_url, &ca_pem, "admin", &admin)?;
@@ -334,7 +334,7 @@ impl ControlPlane {
             "--enable-admission-plugins=NodeRestriction,PodSecurity,OwnerReferencesPermissionEnforcement".to_string(),
             // As on a cluster that runs privileged system pods: PodSecurity decides per namespace.
             "--allow-privileged=true".to_string(),
-            format!("--service-account-key-file={}", p(&sa_key)),
+            format!("--service-account-key-file={}", p(&sa_pub)),
             format!("--service-account-signing-key-file={}", p(&sa_key)),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".to_string(),
             format!("--service-cluster-ip-range={}", opts.service_cluster_ip_range),

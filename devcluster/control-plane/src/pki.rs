@@ -97,12 +97,14 @@ impl Ca {
     }
 }
 
-/// A bare key pair (the service-account token signing key).
-pub(crate) fn key_file(dir: &Path, name: &str) -> Result<PathBuf, Error> {
+/// A bare key pair (the service-account token signing key): (private key, public key) files.
+pub(crate) fn key_files(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), Error> {
     let key = KeyPair::generate()?;
-    let path = dir.join(format!("{name}.key"));
-    write(&path, key.serialize_pem())?;
-    Ok(path)
+    let private = dir.join(format!("{name}.key"));
+    let public = dir.join(format!("{name}.pub"));
+    write(&private, key.serialize_pem())?;
+    write(&public, key.public_key_pem())?;
+    Ok((private, public))
 }
 
 fn write_pair(
