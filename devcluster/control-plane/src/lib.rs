@@ -113,7 +113,7 @@ pub enum Error {
     Kubeconfig(#[from] kube::config::KubeconfigError),
     #[error("kube client: {0}")]
     Client(#[from] kube::Error),
-    #[error("invalid service cluster IP range {0:?} (want an IPv4 CIDR such as 10.96.0.0/16)")]
+    #[error("invalid service cluster IP range {0:?} (want an IPv4 CIDR such as 127.96.0.0/16)")]
     ServiceRange(String),
 }
 
@@ -127,7 +127,9 @@ pub struct ControlPlaneOptions {
     /// Certificates, kubeconfigs, etcd's data, the audit log and each process's log go here.
     pub state_dir: PathBuf,
     /// Service ClusterIPs are taken from here (`--service-cluster-ip-range`). Nothing routes
-    /// them without a kube-proxy; they are addresses in the API only.
+    /// them without a kube-proxy; they are addresses in the API only. The default,
+    /// `127.96.0.0/16`, is a loopback range, so a program that dials a ClusterIP never sends
+    /// traffic off this machine (devcluster's pods use 127.1-127.3.x.x).
     pub service_cluster_ip_range: String,
     /// How long each stage (etcd, API server, default ServiceAccount) may take to get ready.
     pub ready_timeout: Duration,
@@ -138,7 +140,7 @@ impl ControlPlaneOptions {
         Self {
             bin_dir: bin_dir.into(),
             state_dir: state_dir.into(),
-            service_cluster_ip_range: "10.96.0.0/16".to_string(),
+            service_cluster_ip_range: "127.96.0.0/16".to_string(),
             ready_timeout: Duration::from_secs(120),
         }
     }

@@ -320,3 +320,23 @@ fn up_checks(version: &str, state: &Path) {
     let out = kubectl(&kubeconfig, &["get", "namespace", "default"], None);
     assert!(!out.status.success(), "{}", output_text(&out));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_start_names_the_process_and_quotes_its_log() {
+    let _serial = SERIAL.lock().await;
+    let Some(version) = oldest_built("a_failed_start_names_the_process_and_quotes_its_log") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = ControlPlaneOptions::new(bin_dir(version), dir.path());
+    // etcd starts; kube-apiserver refuses the flag and exits.
+    opts.service_cluster_ip_range = "127.96.0.0/33".to_string();
+    let err = match ControlPlane::start(opts).await {
+        Ok(_) => panic!("a /33 service range was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.starts_with("kube-apiserver exited") && err.contains("service-cluster-ip-range"),
+        "{err}"
+    );
+}

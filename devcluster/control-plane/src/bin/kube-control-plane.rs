@@ -27,6 +27,9 @@ enum Cmd {
         /// Certificates, kubeconfigs, etcd's data, the audit log and the processes' logs.
         #[arg(long, env = "KUBELESS_K8S_STATE_DIR")]
         state_dir: PathBuf,
+        /// Service ClusterIPs come from this IPv4 range (default: 127.96.0.0/16, loopback).
+        #[arg(long, env = "KUBELESS_K8S_SERVICE_RANGE")]
+        service_cluster_ip_range: Option<String>,
     },
 }
 
@@ -38,10 +41,15 @@ async fn main() -> std::process::ExitCode {
                 version,
                 bin_dir: bins,
                 state_dir,
+                service_cluster_ip_range,
             },
     } = Cli::parse();
     let bins = bins.unwrap_or_else(|| bin_dir(&version));
-    let cp = match ControlPlane::start(ControlPlaneOptions::new(bins, state_dir)).await {
+    let mut opts = ControlPlaneOptions::new(bins, state_dir);
+    if let Some(range) = service_cluster_ip_range {
+        opts.service_cluster_ip_range = range;
+    }
+    let cp = match ControlPlane::start(opts).await {
         Ok(cp) => cp,
         Err(e) => {
             eprintln!("kube-control-plane: {e}");
