@@ -572,3 +572,24 @@ async fn readyz(client: &kube::Client) -> bool {
         .await
         .is_ok_and(|body| body.trim() == "ok")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kubernetes_service_takes_the_first_address_of_the_range() {
+        assert_eq!(
+            first_service_ip("127.96.0.0/16").ok(),
+            Some(Ipv4Addr::new(127, 96, 0, 1))
+        );
+        assert!(matches!(
+            first_service_ip("10.96.0.0"),
+            Err(Error::ServiceRange(_))
+        ));
+        assert!(matches!(
+            first_service_ip("fd00::/108"),
+            Err(Error::ServiceRange(_))
+        ));
+    }
+}
