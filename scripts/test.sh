@@ -33,6 +33,9 @@ stage "cargo fmt --check" cargo fmt --all -- --check
 stage "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 # Tests start the real binaries (devcluster, the services, the runtime), so build them first.
 stage "cargo build --bins" cargo build --workspace --bins --locked
+# The real Kubernetes control plane's binaries (kube-control-plane's tests start them), built
+# from Go modules into ~/.cache/kubeless-rs/k8s once per version: a second or so when cached.
+stage "real control plane: build" bash scripts/k8s/build.sh
 # The container images (buildah, no Docker daemon): the cold build's times and sizes are printed
 # here; integration-tests/tests/images.rs then rebuilds them (cached), checks and pushes them.
 stage "images: scripts/images.sh build" bash scripts/images.sh build
