@@ -182,9 +182,9 @@ async fn kubeless_crds_refuse_bad_trigger_fields_and_names_with_the_field() {
     // The Function name rules: at metadata.name, with the name, short, never the object.
     let functions = api(&client, "Function", "functions");
     for (name, says) in [
-        ("my.func", "\"my.func\" must be a DNS-1035 label"),
-        ("1func", "\"1func\" must be a DNS-1035 label"),
-        (&*"f".repeat(70), "is 70 characters"),
+        ("my.func", "must be a DNS-1035 label"),
+        ("1func", "must be a DNS-1035 label"),
+        (&*"f".repeat(70), "no more than 63 characters"),
     ] {
         let message = refused(&functions, base("Function", name)).await;
         assert!(

@@ -269,7 +269,9 @@ pub fn declare_metadata_name(root: &mut Value) {
     if let Some(Value::Object(props)) = root.get_mut("properties") {
         props.insert(
             "metadata".into(),
-            serde_json::json!({"type": "object", "properties": {"name": {"type": "string"}}}),
+            // maxLength: the API server's own limit on names; without one, a rule reading the
+            // name has an unbounded estimated cost and the CRD is refused.
+            serde_json::json!({"type": "object", "properties": {"name": {"type": "string", "maxLength": 253}}}),
         );
     }
 }

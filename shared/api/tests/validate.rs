@@ -118,26 +118,6 @@ fn service_type_outside_the_enum() {
 }
 
 #[test]
-fn cpu_request_above_limit_is_refused_by_cel() {
-    let spec = with(
-        "/deployment/spec/template/spec/containers/0/resources/requests/cpu",
-        json!("2"),
-    );
-    let err = refused(&function("hello", spec));
-    assert_field(
-        &err,
-        "spec.deployment.spec.template.spec.containers[0].resources",
-        "requests must be less than or equal to their limits",
-    );
-    // Equal is fine, and integer quantities work as well as strings.
-    let spec = with(
-        "/deployment/spec/template/spec/containers/0/resources",
-        json!({"requests": {"cpu": 1}, "limits": {"cpu": "1000m"}}),
-    );
-    validate::function(&function("hello", spec)).unwrap();
-}
-
-#[test]
 fn hpa_min_above_max_is_refused_by_cel() {
     let err = refused(&function(
         "hello",
@@ -167,15 +147,12 @@ fn hpa_min_above_max_is_refused_by_cel() {
 
 #[test]
 fn function_names_that_cannot_be_a_service_or_label_value() {
-    // The rules sit on the root but report at metadata.name, with the name in the message and
-    // without the object (a root rule would be reported at `<nil>`).
+    // The rules sit on the root but report at metadata.name, without the object (a root rule
+    // would be reported at `<nil>`). Static messages: one reading the name costs more than a real
+    // API server's CEL budget allows.
     for name in ["1func", "my.func", "hello_world"] {
         let err = refused(&function(name, base_spec()));
-        assert_field(
-            &err,
-            "metadata.name",
-            &format!("{name:?} must be a DNS-1035 label"),
-        );
+        assert_field(&err, "metadata.name", "must be a DNS-1035 label");
         assert!(err.to_string().len() < 400, "{name}: {err}");
         assert!(!err.to_string().contains("<nil>"), "{name}: {err}");
     }
@@ -184,7 +161,7 @@ fn function_names_that_cannot_be_a_service_or_label_value() {
     assert_field(
         &err,
         "metadata.name",
-        "is 69 characters: a Function name must be no more than 63",
+        "a Function name must be no more than 63 characters",
     );
     validate::function(&function(&"f".repeat(63), base_spec())).unwrap();
 }
