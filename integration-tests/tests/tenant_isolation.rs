@@ -6,8 +6,16 @@
 //! - a Function whose template mounts, or reads into env, the victim's Secret by name never
 //!   runs: its namespace has no such Secret, and the Function says so;
 //! - the attacker's pods' ServiceAccount token cannot read the victim's Secrets (403);
+//! - an HTTPTrigger of the attacker on the victim's gateway host (same path, and a longer
+//!   prefix) is refused: `Ready=False RouteConflict` and a Warning Event on the attacker's
+//!   trigger, while every request to that host, with the victim's basic-auth credentials, still
+//!   reaches the victim's function only; a `/../` path is normalised before matching, and the
+//!   runtime's own `/metrics` is not served;
 //! - a Function template asking for host access is refused by the function-controller's
-//!   default template policy (`InvalidSpec` naming the field), and the victim is untouched.
+//!   default template policy (`InvalidSpec` naming the field), and no pod of it runs;
+//! - a function of the attacker calling the dashboard (`kubeless ui`, on the same machine as on
+//!   devcluster every pod is) gets 401 for the page and for a delete of the victim's Function,
+//!   which is still there.
 //!
 //! Uses the binaries `cargo build --workspace --bins` left in the target dir (scripts/test.sh
 //! builds them first) and nats-server (.ci/run installs it).
@@ -16,14 +24,36 @@
 use std::time::Duration;
 
 use integration_tests::require_bins;
-use integration_tests::scale::{PYTHON, start_service};
+use integration_tests::scale::{PYTHON, start_gateway, start_service};
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, ServiceAccount};
 use kube::api::{Api, ListParams, LogParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeless_api::{Function, NatsTrigger, find_condition};
+use kubeless_api::{Function, HttpTrigger, NatsTrigger, find_condition};
 use kubeless_testkit::{NatsServer, TestCluster, eventually};
 use serde_json::{Value, json};
+
+/// The attacker's probe: fetches (GET) or posts to the URL it is sent and answers the status.
+const PROBE: &str = r#"
+import urllib.error
+import urllib.request
+
+
+def handler(event, context):
+    data = event["data"]
+    if isinstance(data, bytes):
+        data = data.decode()
+    method, url = data.split(" ", 1)
+    body = b"_token=stolen" if method == "POST" else None
+    req = urllib.request.Request(url, data=body, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return "status %d" % r.status
+    except urllib.error.HTTPError as e:
+        return "status %d" % e.code
+    except Exception as e:
+        return "error %s" % e
+"#;
 
 const VICTIM: &str = "tenant-b";
 const ATTACKER: &str = "aa-attacker";
@@ -251,6 +281,267 @@ async fn an_attacker_namespace_cannot_reach_the_victims() {
         "the attacker's ServiceAccount read the victim's Secret: {err:?}"
     );
     eprintln!("attacker's token reading {VICTIM}/db: {err}");
+
+    // 4. Host access in a template: refused by the install's default policy, naming the field.
+    let escalate = function(
+        ATTACKER,
+        "escalate",
+        json!({"deployment": {"spec": {"template": {"spec": {
+            "hostNetwork": true,
+            "volumes": [{"name": "etc", "hostPath": {"path": "/etc"}}]
+        }}}}}),
+    );
+    Api::<Function>::namespaced(client.clone(), ATTACKER)
+        .create(&PostParams::default(), &escalate)
+        .await
+        .unwrap();
+    let refused = eventually(
+        "the escalating Function refused",
+        Duration::from_secs(30),
+        || async {
+            let (ready, reason, message) = ready_condition(&client, ATTACKER, "escalate").await?;
+            (!ready && reason == "InvalidSpec").then_some(message)
+        },
+    )
+    .await;
+    assert!(
+        refused.contains("hostNetwork") || refused.contains("hostPath"),
+        "the refusal names the field: {refused}"
+    );
+    assert!(
+        pods.list(&ListParams::default().labels("function=escalate"))
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no pod of a refused template"
+    );
+    eprintln!("attacker sees on its escalating Function: {refused}");
+
+    // 5. The dashboard, from a pod of the attacker: 401 for the page and for a delete.
+    let ui_port = kubeless_testkit::free_port();
+    let mut ui =
+        tokio::process::Command::new(integration_tests::target_debug_dir().join("kubeless"))
+            .arg("ui")
+            .arg("--kubeconfig")
+            .arg(c.cluster.kubeconfig_path())
+            .args(["--namespace", VICTIM, "--port", &ui_port.to_string()])
+            .env_remove("KUBECONFIG")
+            .env_remove("KUBELESS_UI_TOKEN_FILE")
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(ui.stdout.take().unwrap()));
+    let printed_url = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_or_default();
+    assert!(printed_url.contains("?token="), "{printed_url}");
+    let base = format!("http://127.0.0.1:{ui_port}");
+    let mut prober = function(ATTACKER, "prober", json!({"function": PROBE}));
+    prober.metadata.labels = Some([("app".to_string(), "prober".to_string())].into());
+    Api::<Function>::namespaced(client.clone(), ATTACKER)
+        .create(&PostParams::default(), &prober)
+        .await
+        .unwrap();
+    let probe: NatsTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "NATSTrigger",
+        "metadata": {"name": "probe", "namespace": ATTACKER},
+        "spec": {"topic": "probe", "functionSelector": {"matchLabels": {"app": "prober"}}}
+    }))
+    .unwrap();
+    Api::<NatsTrigger>::namespaced(client.clone(), ATTACKER)
+        .create(&PostParams::default(), &probe)
+        .await
+        .unwrap();
+    wait_function_ready(&client, ATTACKER, "prober").await;
+    kubeless_testkit::wait_ready_in::<NatsTrigger>(&client, ATTACKER, "probe").await;
+    let ask = |what: String| {
+        let publisher = publisher.clone();
+        async move {
+            let reply = tokio::time::timeout(
+                Duration::from_secs(30),
+                publisher.request("probe", what.into()),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+            String::from_utf8_lossy(&reply.payload).to_string()
+        }
+    };
+    let page = ask(format!("GET {base}/functions/orders")).await;
+    let delete = ask(format!("POST {base}/functions/orders/delete")).await;
+    eprintln!("attacker's pod asking the dashboard: page {page}, delete {delete}");
+    assert_eq!(page, "status 401", "the dashboard served a page to a pod");
+    assert_eq!(delete, "status 401", "the dashboard took a post from a pod");
+    assert!(
+        Api::<Function>::namespaced(client.clone(), VICTIM)
+            .get_opt("orders")
+            .await
+            .unwrap()
+            .is_some(),
+        "the victim's Function was deleted"
+    );
+    drop(ui);
+
+    // 6. The victim's gateway host, claimed again by the attacker.
+    let (_gateway, gateway_addr) = start_gateway(&c);
+    let creds: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "creds", "namespace": VICTIM},
+        // alice / s3cret! ({SHA} htpasswd entry)
+        "stringData": {"auth": "alice:{SHA}YWXIkDPDfrJ6I4yV+0kqTJdT5SE=\n"}
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(client.clone(), VICTIM)
+        .create(&PostParams::default(), &creds)
+        .await
+        .unwrap();
+    let http_trigger = |ns: &str, name: &str, function: &str, path: &str, auth: bool| {
+        let mut spec = json!({"function-name": function, "host-name": "shop.example.com",
+                              "path": path, "gateway": "nginx"});
+        if auth {
+            spec["basic-auth-secret"] = json!("creds");
+        }
+        serde_json::from_value::<HttpTrigger>(json!({
+            "apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+            "metadata": {"name": name, "namespace": ns}, "spec": spec
+        }))
+        .unwrap()
+    };
+    Api::<HttpTrigger>::namespaced(client.clone(), VICTIM)
+        .create(
+            &PostParams::default(),
+            &http_trigger(VICTIM, "shop", "orders", "/", true),
+        )
+        .await
+        .unwrap();
+    // Later, from a namespace that sorts first: the same host and path, and a longer prefix.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    for (name, path) in [("steal", "/"), ("deeper", "/api")] {
+        Api::<HttpTrigger>::namespaced(client.clone(), ATTACKER)
+            .create(
+                &PostParams::default(),
+                &http_trigger(ATTACKER, name, "prober", path, false),
+            )
+            .await
+            .unwrap();
+    }
+    for name in ["steal", "deeper"] {
+        let message = eventually(
+            &format!("RouteConflict on the attacker's {name}"),
+            Duration::from_secs(30),
+            || async {
+                let t = Api::<HttpTrigger>::namespaced(client.clone(), ATTACKER)
+                    .get(name)
+                    .await
+                    .ok()?;
+                let c = find_condition(&t.status?.conditions, "Ready")?.clone();
+                (c.reason.as_deref() == Some("RouteConflict") && !c.is_true())
+                    .then(|| c.message.unwrap_or_default())
+            },
+        )
+        .await;
+        assert!(
+            message.contains("shop.example.com") && message.contains(VICTIM),
+            "{name}: {message}"
+        );
+        eprintln!("attacker sees on its HTTPTrigger {name}: {message}");
+    }
+    eventually(
+        "a RouteConflict Warning Event",
+        Duration::from_secs(30),
+        || async {
+            let list =
+                Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ATTACKER)
+                    .list(&ListParams::default())
+                    .await
+                    .ok()?;
+            list.items
+                .iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("RouteConflict")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    let http = reqwest::Client::new();
+    let get = |path: &'static str, auth: bool| {
+        let mut req = http
+            .post(format!("http://{gateway_addr}{path}"))
+            .header("host", "shop.example.com")
+            .body(format!("via {path}"));
+        if auth {
+            req = req.basic_auth("alice", Some("s3cret!"));
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    // The gateway loads routes in the background: wait for the victim's to answer.
+    eventually(
+        "the victim's route answers",
+        Duration::from_secs(60),
+        || async { (get("/", true).await.0 == 200).then_some(()) },
+    )
+    .await;
+    for path in ["/", "/api/x"] {
+        let (status, body) = get(path, false).await;
+        assert_eq!(status, 401, "{path} without credentials: {body}");
+        let (status, body) = get(path, true).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        assert_eq!(body, "ok", "{path} answered by the victim's function");
+    }
+    // Sent as written (an HTTP client library would resolve the dots itself first).
+    let raw = |path: &'static str| {
+        let addr = gateway_addr.clone();
+        async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            // alice:s3cret!
+            let req = format!(
+                "GET {path} HTTP/1.1\r\nHost: shop.example.com\r\n\
+                 Authorization: Basic YWxpY2U6czNjcmV0IQ==\r\nConnection: close\r\n\r\n"
+            );
+            s.write_all(req.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out).await;
+            out.lines().next().unwrap_or_default().to_string()
+        }
+    };
+    let above = raw("/../../etc/passwd").await;
+    assert!(
+        above.contains(" 400 "),
+        "a path above the root is refused: {above}"
+    );
+    let dotted = raw("/public/%2e%2e/api/z").await;
+    assert!(
+        dotted.contains(" 200 "),
+        "dot segments resolve before matching: {dotted}"
+    );
+    let (status, _) = get("/metrics", true).await;
+    assert_eq!(status, 404, "the runtime's own metrics are not routed");
+    eventually(
+        "the victim's function printed the gateway's calls",
+        Duration::from_secs(30),
+        || async {
+            let log = printed(&client, VICTIM, "orders").await;
+            (log.iter().any(|l| l == "via /api/x")).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        printed(&client, ATTACKER, "prober")
+            .await
+            .iter()
+            .all(|l| !l.starts_with("via ")),
+        "the attacker's function got a request for the victim's host"
+    );
 
     // The victim still answers its own events.
     let mine: NatsTrigger = serde_json::from_value(json!({

@@ -488,6 +488,7 @@ fn route(name: &str) -> Route {
         basic_auth_secret: None,
         target: Some(FunctionTarget::new("default", name).with_timeout(Duration::from_secs(30))),
         scale_to_zero: false,
+        runtime_paths: false,
     }
 }
 
@@ -708,6 +709,7 @@ fn main() {
             routes.push(route(f.name));
             routes.push(Route {
                 scale_to_zero: true,
+                runtime_paths: false,
                 ..route(&stz)
             });
             wake.activity.observe(&running_function(&stz));

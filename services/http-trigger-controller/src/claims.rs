@@ -148,7 +148,10 @@ pub fn refusals<'a>(
                 let Some(first) = claimants.first() else {
                     continue;
                 };
-                (first.namespace().unwrap_or_default(), Some(first.name_any()))
+                (
+                    first.namespace().unwrap_or_default(),
+                    Some(first.name_any()),
+                )
             }
         };
         for t in claimants {
@@ -206,18 +209,31 @@ mod tests {
         // Same host and path, a namespace that sorts first, created later.
         let same = trigger("aa-attacker", "steal", Some("shop.example.com"), "/", 10);
         // A longer prefix under the victim's host.
-        let longer = trigger("aa-attacker", "deeper", Some("shop.example.com"), "/api/v2", 5);
+        let longer = trigger(
+            "aa-attacker",
+            "deeper",
+            Some("shop.example.com"),
+            "/api/v2",
+            5,
+        );
         // Case, trailing dot and port do not make another host.
         let spelled = trigger("aa-attacker", "caps", Some("SHOP.Example.com."), "/", 5);
         let ts = [victim, same, longer, spelled];
         let r = refusals(ts.iter(), &HostPolicy::default());
         assert_eq!(
             refused(&ts, &HostPolicy::default()),
-            ["aa-attacker/caps", "aa-attacker/deeper", "aa-attacker/steal"]
+            [
+                "aa-attacker/caps",
+                "aa-attacker/deeper",
+                "aa-attacker/steal"
+            ]
         );
         let why = &r[&("aa-attacker".to_string(), "steal".to_string())];
         assert_eq!(why.owner_namespace, "tenant-b");
-        assert!(why.message().contains("HTTPTrigger orders claimed it first"));
+        assert!(
+            why.message()
+                .contains("HTTPTrigger orders claimed it first")
+        );
     }
 
     #[test]
@@ -230,17 +246,28 @@ mod tests {
         ];
         assert_eq!(refused(&ts, &HostPolicy::default()), ["b/any"]);
         let r = refusals(ts.iter(), &HostPolicy::default());
-        assert!(r[&("b".into(), "any".into())]
-            .message()
-            .contains("routes without a host"));
+        assert!(
+            r[&("b".into(), "any".into())]
+                .message()
+                .contains("routes without a host")
+        );
     }
 
     #[test]
     fn the_install_policy_beats_first_claim() {
-        let policy = HostPolicy::from_flags("apps.example.com", "payments=pay.example.com,web=*.example.org")
-            .unwrap();
-        assert_eq!(policy.owner_of("f.tenant-b.apps.example.com"), Some("tenant-b"));
-        assert_eq!(policy.owner_of("tenant-b.apps.example.com"), Some("tenant-b"));
+        let policy = HostPolicy::from_flags(
+            "apps.example.com",
+            "payments=pay.example.com,web=*.example.org",
+        )
+        .unwrap();
+        assert_eq!(
+            policy.owner_of("f.tenant-b.apps.example.com"),
+            Some("tenant-b")
+        );
+        assert_eq!(
+            policy.owner_of("tenant-b.apps.example.com"),
+            Some("tenant-b")
+        );
         assert_eq!(policy.owner_of("apps.example.com"), None);
         assert_eq!(policy.owner_of("pay.example.com"), Some("payments"));
         assert_eq!(policy.owner_of("a.b.example.org"), Some("web"));
@@ -248,8 +275,20 @@ mod tests {
         assert_eq!(policy.owner_of("evilexample.org"), None);
         let ts = [
             // An attacker first on a host the policy gives to tenant-b: still refused.
-            trigger("aa-attacker", "early", Some("f.tenant-b.apps.example.com"), "/", 100),
-            trigger("tenant-b", "late", Some("f.tenant-b.apps.example.com"), "/", 1),
+            trigger(
+                "aa-attacker",
+                "early",
+                Some("f.tenant-b.apps.example.com"),
+                "/",
+                100,
+            ),
+            trigger(
+                "tenant-b",
+                "late",
+                Some("f.tenant-b.apps.example.com"),
+                "/",
+                1,
+            ),
             trigger("payments", "pay", Some("pay.example.com"), "/", 1),
             trigger("aa-attacker", "pay", Some("pay.example.com"), "/", 100),
         ];

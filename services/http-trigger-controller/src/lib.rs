@@ -93,7 +93,11 @@ pub struct ControllerArgs {
     pub wake_queue: usize,
     /// Tenancy: a host `*.NS.DOMAIN` (and `NS.DOMAIN`) may be routed only by triggers of
     /// namespace `NS`, e.g. `apps.example.com`. Empty: no such rule.
-    #[arg(long = "tenant-domain", env = "KUBELESS_TENANT_DOMAIN", default_value = "")]
+    #[arg(
+        long = "tenant-domain",
+        env = "KUBELESS_TENANT_DOMAIN",
+        default_value = ""
+    )]
     pub tenant_domain: String,
     /// Tenancy: hosts that belong to a namespace, `NAMESPACE=HOST` or `NAMESPACE=*.SUFFIX`,
     /// comma separated. Hosts no rule gives away belong to the namespace that claimed them
@@ -163,7 +167,7 @@ impl Settings {
         args: ControllerArgs,
         namespace: Option<String>,
         lease: Option<LeaseConfig>,
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, claims::BadClaim> {
         let ControllerArgs {
             ingress,
             gateway,
@@ -175,8 +179,7 @@ impl Settings {
             tenant_domain,
             host_claims,
         } = args;
-        let hosts = claims::HostPolicy::from_flags(&tenant_domain, &host_claims)
-            .map_err(Error::HostPolicy)?;
+        let hosts = claims::HostPolicy::from_flags(&tenant_domain, &host_claims)?;
         Ok(Self {
             namespace,
             ingress,
@@ -204,7 +207,8 @@ pub async fn serve(
         Some(c) => c,
         None => Client::try_default().await.map_err(Error::Client)?,
     };
-    let settings = Settings::from_args(args, ctx.config.watch_namespace.clone(), lease)?;
+    let settings = Settings::from_args(args, ctx.config.watch_namespace.clone(), lease)
+        .map_err(Error::HostPolicy)?;
     let running = run(client, settings, &ctx.metrics, ctx.shutdown.token().clone()).await?;
     // Ready once the gateway has its routes (at once without a gateway).
     let readiness = ctx.readiness.clone();
@@ -279,9 +283,18 @@ pub async fn run(
             instance: settings.instance.clone(),
         };
         tasks.push(tokio::spawn(async move {
-            gateway::feed::run(gw, resolver, activity, client, ns, routes, token, move || {
-                synced_tx.send_replace(true);
-            })
+            gateway::feed::run(
+                gw,
+                resolver,
+                activity,
+                client,
+                ns,
+                routes,
+                token,
+                move || {
+                    synced_tx.send_replace(true);
+                },
+            )
             .await
         }));
     }
@@ -322,6 +335,8 @@ pub async fn run(
 }
 
 /// Runs the controller only while this replica holds the Lease.
+// What `controller::run` takes, plus the Lease: a struct would only rename them.
+#[allow(clippy::too_many_arguments)]
 async fn run_while_leader(
     client: Client,
     lease: LeaseConfig,

@@ -99,6 +99,7 @@ async fn malformed_chunked_body_is_400_not_502() {
         basic_auth_secret: None,
         target: Some(FunctionTarget::new("default", "echo").with_timeout(Duration::from_secs(10))),
         scale_to_zero: false,
+        runtime_paths: false,
     }]));
     let (addr, server) = gw
         .bind("127.0.0.1:0".parse().unwrap(), token.clone())

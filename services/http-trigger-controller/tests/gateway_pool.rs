@@ -99,6 +99,7 @@ async fn gateway_over(functions: &[SocketAddr], token: CancellationToken) -> Soc
         basic_auth_secret: None,
         target: Some(FunctionTarget::new("default", "f").with_timeout(Duration::from_secs(10))),
         scale_to_zero: false,
+        runtime_paths: false,
     }]));
     gw.bind("127.0.0.1:0".parse().unwrap(), token)
         .await

@@ -114,6 +114,7 @@ impl Setup {
             basic_auth_secret: None,
             target: Some(FunctionTarget::new(NS, FUNCTION).with_timeout(Duration::from_secs(10))),
             scale_to_zero: true,
+            runtime_paths: false,
         }]));
         let (addr, _server) = gw
             .bind("127.0.0.1:0".parse().unwrap(), token.clone())

@@ -34,6 +34,7 @@ fn route() -> impl Strategy<Value = Route> {
             basic_auth_secret: None,
             target: None,
             scale_to_zero: false,
+            runtime_paths: false,
         })
 }
 

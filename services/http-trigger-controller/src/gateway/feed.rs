@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::{
     Api, Client, Resource, ResourceExt,
     runtime::{
@@ -16,8 +18,6 @@ use kube::{
         watcher,
     },
 };
-use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kubeless_api::{
     Condition, Function, FunctionStatus, HttpTrigger,
     conditions::{READY, find_condition, reasons, set_condition},
@@ -30,8 +30,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::Gateway;
-use crate::claims::{HostPolicy, Refusal, refusals};
 use super::routes::RouteTable;
+use crate::claims::{HostPolicy, Refusal, refusals};
 
 /// Changes arriving within this window are folded into one rebuild.
 const DEBOUNCE: Duration = Duration::from_millis(20);
@@ -242,7 +242,11 @@ pub async fn run(
             notify.notified().await;
             tokio::time::sleep(DEBOUNCE).await;
             let (t, r) = table(&triggers, &functions, &services, &routes.hosts);
-            tracing::debug!(routes = t.len(), refused = r.len(), "gateway routes rebuilt");
+            tracing::debug!(
+                routes = t.len(),
+                refused = r.len(),
+                "gateway routes rebuilt"
+            );
             gateway.set_routes(t);
             refused = r;
         }
@@ -295,7 +299,8 @@ async fn report_conflicts(
         let condition = match refused.get(&key) {
             Some(r) => {
                 let message = r.message();
-                let said = in_conflict && current.and_then(|c| c.message.as_deref()) == Some(&message);
+                let said =
+                    in_conflict && current.and_then(|c| c.message.as_deref()) == Some(&message);
                 if said && reported.get(&key) == Some(r) {
                     continue;
                 }
@@ -303,7 +308,10 @@ async fn report_conflicts(
             }
             None if in_conflict => Condition::ready(
                 reasons::RECONCILED,
-                format!("served by the gateway: host {} is this namespace's", host_shown(&t)),
+                format!(
+                    "served by the gateway: host {} is this namespace's",
+                    host_shown(&t)
+                ),
             ),
             None => {
                 reported.remove(&key);
@@ -345,19 +353,30 @@ async fn write_condition(
         condition.reason.clone().unwrap_or_default(),
         condition.message.clone().unwrap_or_default(),
     );
-    set_condition(&mut status.conditions, condition.with_generation(generation));
+    set_condition(
+        &mut status.conditions,
+        condition.with_generation(generation),
+    );
     status.observed_generation = generation;
     let api: Api<HttpTrigger> = Api::namespaced(client.clone(), &t.namespace().unwrap_or_default());
     let patch = serde_json::json!({ "status": status });
     if let Err(e) = api
-        .patch_status(&t.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch_status(
+            &t.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         tracing::warn!(trigger = %t.name_any(), error = %e, "writing the route status failed");
         return false;
     }
     let event = KubeEvent {
-        type_: if ready { EventType::Normal } else { EventType::Warning },
+        type_: if ready {
+            EventType::Normal
+        } else {
+            EventType::Warning
+        },
         reason,
         note: Some(note.chars().take(1000).collect()),
         action: "Route".into(),

@@ -306,13 +306,28 @@ impl Gateway {
         let raw_host = request_host(&req);
         let host = normalised_host(raw_host.str());
         let table = self.routes();
+        // Dot segments go before matching, so `/public/../admin` cannot pass a prefix it does
+        // not really stand under; a path above the root is refused.
+        let Ok(normalised) = routes::normalise_path(req.uri().path()) else {
+            return (
+                "bad_path",
+                plain(StatusCode::BAD_REQUEST, "the path climbs above the root\n"),
+            );
+        };
         // `route` and `path` borrow the table and the request: nothing is copied to route.
-        let Some((route, path)) = table.lookup(&host, req.uri().path()) else {
+        let Some((route, path)) = table.lookup(&host, &normalised) else {
             return (
                 "no_route",
                 plain(StatusCode::NOT_FOUND, "no HTTP trigger matches\n"),
             );
         };
+        // The runtime's own metrics and health are not the function's to publish.
+        if !route.runtime_paths && routes::RUNTIME_PATHS.contains(&path) {
+            return (
+                "no_route",
+                plain(StatusCode::NOT_FOUND, "no HTTP trigger matches\n"),
+            );
+        }
 
         if route.cors && cors::is_preflight(req.method(), req.headers()) {
             let mut resp = plain(StatusCode::NO_CONTENT, "");

@@ -33,6 +33,69 @@ pub struct Route {
     /// The function has scale to zero on (a `ScaledToZero` condition): requests record
     /// activity and may be held while it wakes. `false` keeps the request path as it was.
     pub scale_to_zero: bool,
+    /// Forward the runtime's own `/metrics` and `/healthz` too (the trigger's
+    /// [`RUNTIME_PATHS_ANNOTATION`] is `"true"`); otherwise the gateway answers 404 for them.
+    pub runtime_paths: bool,
+}
+
+/// Annotation on an HTTPTrigger: `"true"` routes the function runtime's own `/metrics` and
+/// `/healthz` through the gateway (they are not public by default).
+pub const RUNTIME_PATHS_ANNOTATION: &str = "kubeless.io/expose-runtime-paths";
+
+/// Paths the function runtime serves itself (metrics, health), not the function.
+pub const RUNTIME_PATHS: [&str; 2] = ["/metrics", "/healthz"];
+
+/// A request path that climbs above the root (`/../x`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AboveRoot;
+
+/// The path with RFC 3986 dot segments removed (`.` and `..`, also percent-encoded as `%2e`),
+/// and runs of `/` folded into one, so `/a/../b`, `/a/%2e%2e/b` and `//b` all route as `/b`.
+/// Borrows `raw` when there is nothing to do (the usual case). A path that climbs above the root
+/// is refused.
+pub fn normalise_path(raw: &str) -> Result<Cow<'_, str>, AboveRoot> {
+    let needs = raw.contains("//")
+        || raw.contains("/.")
+        || raw.contains("%2e")
+        || raw.contains("%2E")
+        || !raw.starts_with('/');
+    if !needs {
+        return Ok(Cow::Borrowed(raw));
+    }
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = raw.split('/').collect();
+    let last = segments.len().saturating_sub(1);
+    let mut trailing = false;
+    for (i, seg) in segments.iter().enumerate() {
+        let dots = if seg.contains('%') {
+            seg.replace("%2e", ".").replace("%2E", ".")
+        } else {
+            (*seg).to_string()
+        };
+        match dots.as_str() {
+            "" => trailing = i == last && i > 0,
+            "." => trailing = i == last,
+            ".." => {
+                if out.pop().is_none() {
+                    return Err(AboveRoot);
+                }
+                trailing = i == last;
+            }
+            _ => {
+                out.push(seg);
+                trailing = false;
+            }
+        }
+    }
+    let mut path = String::with_capacity(raw.len());
+    for seg in &out {
+        path.push('/');
+        path.push_str(seg);
+    }
+    if path.is_empty() || trailing {
+        path.push('/');
+    }
+    Ok(Cow::Owned(path))
 }
 
 impl Route {
@@ -65,6 +128,10 @@ impl Route {
             basic_auth_secret: ingress::basic_auth_secret(t).map(str::to_string),
             target,
             scale_to_zero: function.is_some_and(|f| ScaleState::of(f) != ScaleState::Off),
+            runtime_paths: t
+                .annotations()
+                .get(RUNTIME_PATHS_ANNOTATION)
+                .is_some_and(|v| v == "true"),
         }
         .normalised()
     }
@@ -135,9 +202,9 @@ impl RouteTable {
         function: impl Fn(&str, &str) -> Option<Arc<Function>>,
         service: impl Fn(&str, &str) -> Option<Arc<Service>>,
     ) -> Self {
-        let served = triggers.into_iter().filter(|t| {
-            !refused.contains_key(&(t.namespace().unwrap_or_default(), t.name_any()))
-        });
+        let served = triggers
+            .into_iter()
+            .filter(|t| !refused.contains_key(&(t.namespace().unwrap_or_default(), t.name_any())));
         Self::from_routes(served.map(|t| {
             let ns = t.namespace().unwrap_or_default();
             let name = t.spec.function_name.trim();
@@ -217,6 +284,7 @@ mod tests {
             basic_auth_secret: None,
             target: None,
             scale_to_zero: false,
+            runtime_paths: false,
         }
     }
 
@@ -257,6 +325,29 @@ mod tests {
         assert_eq!(hit(&t, "a.example.com", "/y").unwrap().0, "any-y");
         assert_eq!(hit(&t, "a.example.com", "/z"), None);
         assert_eq!(t.len(), 3);
+    }
+
+    #[test]
+    fn dot_segments_and_double_slashes_are_removed() {
+        let n = |p| normalise_path(p).map(|c| c.into_owned());
+        assert!(matches!(normalise_path("/a/b?"), Ok(Cow::Borrowed(_))));
+        assert_eq!(n("/a/../b").unwrap(), "/b");
+        assert_eq!(n("/a/%2e%2e/b").unwrap(), "/b");
+        assert_eq!(n("/a/%2E./b/./c/").unwrap(), "/b/c/");
+        assert_eq!(n("//a///b").unwrap(), "/a/b");
+        assert_eq!(n("/a/..").unwrap(), "/");
+        assert_eq!(n("/a/b/.").unwrap(), "/a/b/");
+        assert_eq!(n("/..").unwrap_err(), AboveRoot);
+        assert_eq!(n("/a/../../etc/passwd").unwrap_err(), AboveRoot);
+        assert_eq!(n("/%2e%2e/x").unwrap_err(), AboveRoot);
+        // Dots inside a segment are a name, not a step.
+        assert_eq!(n("/a/..b/.c").unwrap(), "/a/..b/.c");
+        // An attacker's `/public/../admin` reaches the admin route, as the function would
+        // have resolved it: never a prefix check bypassed by the raw path.
+        let t =
+            RouteTable::from_routes([route(None, "/public", "pub"), route(None, "/admin", "adm")]);
+        let p = n("/public/../admin/x").unwrap();
+        assert_eq!(hit(&t, "h", &p), Some(("adm".into(), "/x".into())));
     }
 
     #[test]
