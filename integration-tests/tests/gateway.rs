@@ -173,6 +173,7 @@ async fn http_triggers_through_the_builtin_gateway() {
             instance: None,
             lease: None,
             wake: Default::default(),
+            hosts: Default::default(),
         },
         &metrics,
         token.clone(),

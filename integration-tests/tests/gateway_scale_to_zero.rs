@@ -87,6 +87,7 @@ async fn gateway(
             instance: None,
             lease: None,
             wake,
+            hosts: Default::default(),
         },
         metrics,
         token.clone(),
