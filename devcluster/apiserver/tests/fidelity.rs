@@ -87,13 +87,6 @@ fn bad_inputs() -> Vec<(&'static str, String, Value, &'static str, &'static str)
             "Unsupported value: \"Bogus\"",
         ),
         (
-            "cpu request above limit",
-            "cpu".into(),
-            with(&format!("{containers}/resources/requests/cpu"), json!("2")),
-            "spec.deployment.spec.template.spec.containers[0].resources",
-            "requests must be less than or equal to their limits",
-        ),
-        (
             "HPA minReplicas above maxReplicas",
             "hpa".into(),
             with("/horizontalPodAutoscaler/spec/minReplicas", json!(5)),
