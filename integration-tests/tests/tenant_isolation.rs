@@ -10,7 +10,8 @@
 //!   prefix) is refused: `Ready=False RouteConflict` and a Warning Event on the attacker's
 //!   trigger, while every request to that host, with the victim's basic-auth credentials, still
 //!   reaches the victim's function only; a `/../` path is normalised before matching, and the
-//!   runtime's own `/metrics` is not served;
+//!   runtime's own `/metrics` is not served; a host-less catch-all of the attacker gets hosts
+//!   nobody routes, but no path (matched or not) of a host the victim routes;
 //! - a Function template asking for host access is refused by the function-controller's
 //!   default template policy (`InvalidSpec` naming the field), and no pod of it runs;
 //! - a function of the attacker calling the dashboard (`kubeless ui`, on the same machine as on
@@ -34,6 +35,7 @@ use kubeless_testkit::{NatsServer, TestCluster, eventually};
 use serde_json::{Value, json};
 
 /// The attacker's probe: fetches (GET) or posts to the URL it is sent and answers the status.
+/// It prints what it gets, so the test sees any request of the victim's that reaches it.
 const PROBE: &str = r#"
 import urllib.error
 import urllib.request
@@ -43,6 +45,7 @@ def handler(event, context):
     data = event["data"]
     if isinstance(data, bytes):
         data = data.decode()
+    print("EVENT", data, flush=True)
     method, url = data.split(" ", 1)
     body = b"_token=stolen" if method == "POST" else None
     req = urllib.request.Request(url, data=body, method=method)
@@ -526,6 +529,65 @@ async fn an_attacker_namespace_cannot_reach_the_victims() {
     );
     let (status, _) = get("/metrics", true).await;
     assert_eq!(status, 404, "the runtime's own metrics are not routed");
+
+    // A catch-all of the attacker (no host: the first such claim, so it is served) gets the
+    // hosts nobody routes, but no path of a host the victim routes, not even one the victim's
+    // triggers do not match.
+    let send = |host: &'static str, path: &'static str, body: &'static str| {
+        let req = http
+            .post(format!("http://{gateway_addr}{path}"))
+            .header("host", host)
+            .basic_auth("alice", Some("s3cret!"))
+            .body(body);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.text().await.unwrap_or_default())
+        }
+    };
+    let catch_all: HttpTrigger = serde_json::from_value(json!({
+        "apiVersion": "kubeless.io/v1beta1", "kind": "HTTPTrigger",
+        "metadata": {"name": "catch-all", "namespace": ATTACKER},
+        "spec": {"function-name": "prober", "path": "/", "gateway": "nginx"}
+    }))
+    .unwrap();
+    Api::<HttpTrigger>::namespaced(client.clone(), ATTACKER)
+        .create(&PostParams::default(), &catch_all)
+        .await
+        .unwrap();
+    let mut narrow = http_trigger(VICTIM, "orders-api", "orders", "/api", true);
+    narrow.spec.host_name = Some("orders.example.com".into());
+    Api::<HttpTrigger>::namespaced(client.clone(), VICTIM)
+        .create(&PostParams::default(), &narrow)
+        .await
+        .unwrap();
+    eventually(
+        "the attacker's catch-all answers a host nobody routes",
+        Duration::from_secs(60),
+        || async {
+            // A probe of a closed port: the prober answers "error ..." (or a status).
+            let probe = "GET http://127.0.0.1:9/";
+            let (status, body) = send("unclaimed.example.com", "/", probe).await;
+            (status == 200 && (body.starts_with("error") || body.starts_with("status")))
+                .then_some(())
+        },
+    )
+    .await;
+    eventually(
+        "the victim's orders.example.com/api answers",
+        Duration::from_secs(60),
+        || async {
+            let (status, body) = send("orders.example.com", "/api/x", "via orders /api/x").await;
+            (status == 200 && body == "ok").then_some(())
+        },
+    )
+    .await;
+    for path in ["/other", "/"] {
+        let (status, body) = send("orders.example.com", path, "via orders elsewhere").await;
+        assert_eq!(
+            status, 404,
+            "orders.example.com{path} is the victim's host: {body}"
+        );
+    }
     eventually(
         "the victim's function printed the gateway's calls",
         Duration::from_secs(30),

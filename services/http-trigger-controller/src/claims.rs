@@ -218,13 +218,15 @@ mod tests {
         );
         // Case, trailing dot and port do not make another host.
         let spelled = trigger("aa-attacker", "caps", Some("SHOP.Example.com."), "/", 5);
-        let ts = [victim, same, longer, spelled];
+        let port = trigger("aa-attacker", "port", Some("shop.example.com:8080"), "/", 5);
+        let ts = [victim, same, longer, spelled, port];
         let r = refusals(ts.iter(), &HostPolicy::default());
         assert_eq!(
             refused(&ts, &HostPolicy::default()),
             [
                 "aa-attacker/caps",
                 "aa-attacker/deeper",
+                "aa-attacker/port",
                 "aa-attacker/steal"
             ]
         );

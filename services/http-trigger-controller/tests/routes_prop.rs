@@ -1,7 +1,8 @@
 //! Property tests of the gateway's route table: for any set of routes and any request host and
 //! path, `lookup` never panics, picks a route whose prefix ends at a path segment of the path,
 //! forwards exactly the rest of the path, prefers the longest prefix and a route naming the host
-//! over a host-less one; `normalise_host` is idempotent.
+//! over a host-less one, and never falls back from a routed host to another namespace's host-less
+//! route; `normalise_host` is idempotent.
 #![cfg(test)]
 
 use http_trigger_controller::gateway::routes::{Route, RouteTable, normalise_host};
@@ -20,9 +21,10 @@ fn route() -> impl Strategy<Value = Route> {
         proptest::option::of(prop::sample::select(vec!["x.io", "y.io"])),
         prefix(),
         0..3usize,
+        prop::sample::select(vec!["tenant-a", "tenant-b"]),
     )
-        .prop_map(|(host, prefix, i)| Route {
-            namespace: "default".into(),
+        .prop_map(|(host, prefix, i, ns)| Route {
+            namespace: ns.into(),
             trigger: format!("t{i}"),
             host: host.map(str::to_string),
             prefix: if prefix == "/" {
@@ -67,7 +69,13 @@ proptest! {
         prop_assert_eq!(table.len(), routes.len());
         let hit = table.lookup(&host, &path);
         let for_host = routes.iter().filter(|r| r.host.as_deref() == Some(host.as_str()));
-        let any_host = routes.iter().filter(|r| r.host.is_none());
+        // A routed host's unmatched paths may fall back only to its own namespace's host-less
+        // routes.
+        let host_namespaces: Vec<&str> = for_host.clone().map(|r| r.namespace.as_str()).collect();
+        let any_host = routes.iter().filter(|r| {
+            r.host.is_none()
+                && (host_namespaces.is_empty() || host_namespaces.contains(&r.namespace.as_str()))
+        });
         let best = |rs: &mut dyn Iterator<Item = &Route>| {
             rs.filter(|r| matches(&r.prefix, &path)).map(|r| r.prefix.len()).max()
         };
@@ -76,6 +84,9 @@ proptest! {
             (None, None) => {}
             (Some((r, rest)), Some((named, len))) => {
                 prop_assert_eq!(r.host.is_some(), named, "a route naming the host wins");
+                if !named && !host_namespaces.is_empty() {
+                    prop_assert!(host_namespaces.contains(&r.namespace.as_str()), "another namespace's catch-all");
+                }
                 prop_assert_eq!(r.prefix.len(), len, "longest prefix wins");
                 prop_assert!(matches(&r.prefix, &path));
                 let expected = if r.prefix == "/" {

@@ -224,15 +224,19 @@ impl RouteTable {
     }
 
     /// The route for `host` (lower-case, no port) and `path`, and the path to forward.
-    /// Routes naming the host win over host-less ones, as in an Ingress.
+    /// Routes naming the host win over host-less ones, as in an Ingress. A host that has routes
+    /// is its namespace's, every path under it: its unmatched paths fall back only to host-less
+    /// routes of that namespace, never to another namespace's catch-all.
     pub fn lookup<'p>(&self, host: &str, path: &'p str) -> Option<(&Arc<Route>, &'p str)> {
-        if let Some(list) = self.by_host.get(host)
-            && let Some(hit) = list.iter().find_map(|r| r.rewrite(path).map(|p| (r, p)))
+        let named = self.by_host.get(host);
+        if let Some(hit) =
+            named.and_then(|list| list.iter().find_map(|r| r.rewrite(path).map(|p| (r, p))))
         {
             return Some(hit);
         }
         self.any_host
             .iter()
+            .filter(|r| named.is_none_or(|list| list.iter().any(|n| n.namespace == r.namespace)))
             .find_map(|r| r.rewrite(path).map(|p| (r, p)))
     }
 }
@@ -348,6 +352,35 @@ mod tests {
             RouteTable::from_routes([route(None, "/public", "pub"), route(None, "/admin", "adm")]);
         let p = n("/public/../admin/x").unwrap();
         assert_eq!(hit(&t, "h", &p), Some(("adm".into(), "/x".into())));
+    }
+
+    #[test]
+    fn another_namespaces_catch_all_gets_no_path_of_a_routed_host() {
+        let in_ns = |ns: &str, host, prefix, name| Route {
+            namespace: ns.into(),
+            ..route(host, prefix, name)
+        };
+        let t = RouteTable::from_routes([
+            in_ns("tenant-b", Some("shop.example.com"), "/api", "shop"),
+            in_ns("tenant-b", None, "/help", "help"),
+            in_ns("aa-attacker", None, "/", "catch-all"),
+        ]);
+        assert_eq!(
+            hit(&t, "shop.example.com", "/api/x"),
+            Some(("shop".into(), "/x".into()))
+        );
+        // The host's own namespace may still serve it from a host-less route.
+        assert_eq!(
+            hit(&t, "shop.example.com", "/help"),
+            Some(("help".into(), "/".into()))
+        );
+        assert_eq!(hit(&t, "shop.example.com", "/other"), None);
+        assert_eq!(hit(&t, "shop.example.com", "/"), None);
+        // Hosts nobody routes are the catch-all's.
+        assert_eq!(
+            hit(&t, "elsewhere.example.com", "/other"),
+            Some(("catch-all".into(), "/other".into()))
+        );
     }
 
     #[test]
