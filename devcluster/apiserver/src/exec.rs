@@ -177,11 +177,10 @@ where
         while let Some(Ok(msg)) = incoming.next().await {
             match msg {
                 Message::Binary(b) => match (b.first(), b.get(1)) {
-                    (Some(&STDIN), _) => {
-                        if in_tx.send(Input::Stdin(b.slice(1..))).await.is_err() {
-                            return;
-                        }
+                    (Some(&STDIN), _) if in_tx.send(Input::Stdin(b.slice(1..))).await.is_err() => {
+                        return;
                     }
+                    (Some(&STDIN), _) => {}
                     // v5: the client closed one of its streams; only stdin matters.
                     (Some(&CLOSE), Some(&STDIN)) => {
                         let _ = in_tx.send(Input::StdinClosed).await;

@@ -53,10 +53,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     }
 }
 
+/// The writer task: its result says whether every frame was written.
+pub type WriterTask = JoinHandle<Result<(), SessionError>>;
+
 /// Starts the writer task; it ends (closing the write side) when every sender is dropped.
-pub fn writer<W>(
-    mut writer: W,
-) -> Result<(mpsc::Sender<Frame>, JoinHandle<Result<(), SessionError>>), SessionError>
+pub fn writer<W>(mut writer: W) -> Result<(mpsc::Sender<Frame>, WriterTask), SessionError>
 where
     W: AsyncWrite + Unpin + Send + 'static,
 {

@@ -52,8 +52,9 @@ pub struct Options {
     pub tty: bool,
 }
 
-/// Reads the query pairs of an exec or attach request (`true` and `1` are both true: kubectl
-/// sends the first to an API server, an API server the second to a kubelet).
+/// Reads the query pairs of an exec or attach request: kubectl asks an API server for `stdin`,
+/// `stdout`, `stderr` and `tty` with `true`; an API server asks a kubelet for `input`,
+/// `output`, `error` and `tty` with `1`.
 pub fn options(pairs: Vec<(String, String)>) -> Options {
     let truthy = |v: &str| v == "true" || v == "1";
     let mut o = Options::default();
@@ -61,9 +62,9 @@ pub fn options(pairs: Vec<(String, String)>) -> Options {
         match k.as_str() {
             "command" => o.command.push(v),
             "container" => o.container = Some(v).filter(|c| !c.is_empty()),
-            "stdin" => o.stdin = truthy(&v),
-            "stdout" => o.stdout = truthy(&v),
-            "stderr" => o.stderr = truthy(&v),
+            "stdin" | "input" => o.stdin = truthy(&v),
+            "stdout" | "output" => o.stdout = truthy(&v),
+            "stderr" | "error" => o.stderr = truthy(&v),
             "tty" => o.tty = truthy(&v),
             _ => {}
         }
@@ -236,9 +237,9 @@ mod tests {
                 "command".into(),
                 "read x; echo $GREETING $x; echo err >&2; exit 4".into(),
             ),
-            ("stdin".into(), "1".into()),
+            ("input".into(), "1".into()),
             ("stdout".into(), "true".into()),
-            ("stderr".into(), "1".into()),
+            ("error".into(), "1".into()),
         ]);
         let (out_tx, mut out_rx) = mpsc::channel(8);
         let (in_tx, in_rx) = mpsc::channel(8);

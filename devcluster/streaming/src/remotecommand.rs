@@ -294,9 +294,9 @@ mod tests {
             ("command".into(), "/bin/sh".into()),
             ("command".into(), "-c".into()),
             ("command".into(), "cat; echo oops >&2; exit 7".into()),
-            ("stdin".into(), "1".into()),
-            ("stdout".into(), "1".into()),
-            ("stderr".into(), "1".into()),
+            ("input".into(), "1".into()),
+            ("output".into(), "1".into()),
+            ("error".into(), "1".into()),
         ]);
         let process = ContainerProcess {
             env: Default::default(),
