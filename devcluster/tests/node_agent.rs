@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use devcluster::{NodeAgentHandle, NodeOptions};
 use kube_control_plane::{ControlPlane, ControlPlaneOptions, TESTED_VERSIONS, bin_dir, is_built};
 use kubeless_testkit::{jsonpath, kubectl, output_text, report};
 
@@ -43,6 +42,21 @@ metadata: {name: web}
 spec:
   selector: {app: web}
   ports: [{name: http, port: 80, targetPort: http}]
+"#;
+
+/// A container that reads its stdin (`kubectl attach -i`) until EOF.
+const READER: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: reader}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox
+    stdin: true
+    stdinOnce: true
+    command: ["sh", "-c", "while read l; do echo got $l; done; echo eof"]
 "#;
 
 fn ok(kubeconfig: &Path, args: &[&str]) -> String {
@@ -286,6 +300,26 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
         "{}",
         output_text(&piped)
     );
+    // attach: the container's output from the moment of attach, and its stdin.
+    let applied = kubectl(admin, &["apply", "-f", "-"], Some(READER));
+    assert!(applied.status.success(), "{}", output_text(&applied));
+    ok(
+        admin,
+        &[
+            "wait",
+            "--for=jsonpath={.status.phase}=Running",
+            "pod/reader",
+            "--timeout=60s",
+        ],
+    );
+    let attached = kubectl(admin, &["attach", "-i", "reader"], Some("one\ntwo\n"));
+    let out = String::from_utf8_lossy(&attached.stdout);
+    assert!(
+        out.contains("got one\ngot two\neof"),
+        "{}",
+        output_text(&attached)
+    );
+    ok(admin, &["delete", "pod", "reader", "--wait"]);
     {
         let (_forward, local) = port_forward(admin, &pod, 5678);
         assert_eq!(
@@ -375,6 +409,76 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
     Checked { pod, pod_ip, times }
 }
 
+/// `devcluster node ...` (the binary), logging to `log`; stopped by PID.
+struct NodeProcess(std::process::Child);
+
+impl NodeProcess {
+    /// SIGTERM, as Ctrl-C: the agent stops its pods and exits.
+    fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.0.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("devcluster node did not stop within 30 s of SIGTERM");
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn start_node(
+    kubeconfig: &Path,
+    cert: &Path,
+    key: &Path,
+    client_ca: &Path,
+    state: &Path,
+    log: &Path,
+) -> NodeProcess {
+    let log = std::fs::File::create(log).unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_devcluster"))
+        .arg("node")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--node-name", NODE])
+        .arg("--kubelet-cert")
+        .arg(cert)
+        .arg("--kubelet-key")
+        .arg(key)
+        .arg("--client-ca")
+        .arg(client_ca)
+        .arg("--state-dir")
+        .arg(state)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    NodeProcess(child)
+}
+
+/// The end of a log file, for failure messages.
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let kept: Vec<&str> = text
+        .lines()
+        .rev()
+        .filter(|l| !l.contains("extension-apiserver-authentication"))
+        .take(lines)
+        .collect();
+    kept.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runner_is_a_node_of_a_real_control_plane() {
     let mut built = 0;
@@ -402,45 +506,46 @@ async fn the_runner_is_a_node_of_a_real_control_plane() {
         let ca = dir.path().join("ca.crt");
         std::fs::write(&ca, &creds.ca_pem).unwrap();
         let state = dir.path().join("node");
-        let agent = NodeAgentHandle::start(NodeOptions::new(
+        let node_log = dir.path().join("node.log");
+        let node = start_node(
             &creds.kubeconfig,
-            NODE,
             &creds.serving.cert_path,
             &creds.serving.key_path,
             &client_ca,
             &state,
-        ))
-        .await
-        .unwrap();
+            &node_log,
+        );
         let admin = cp.admin_kubeconfig().to_path_buf();
         let server = cp.server_url().to_string();
         let checked = {
             let (admin, state, ca) = (admin.clone(), state.clone(), ca.clone());
-            tokio::task::spawn_blocking(move || node_checks(&admin, &server, &ca, &state)).await
+            tokio::task::spawn_blocking(move || {
+                let checked = node_checks(&admin, &server, &ca, &state);
+                keeps_alive(&admin);
+                checked
+            })
+            .await
         };
         let checked = match checked {
             Ok(c) => c,
             Err(e) => {
+                report!("--- end of devcluster node's log\n{}", tail(&node_log, 40));
                 for log in [
                     "kube-apiserver",
                     "kube-controller-manager",
                     "kube-scheduler",
                 ] {
-                    let text = std::fs::read_to_string(cp.log_file(log)).unwrap_or_default();
-                    let tail: Vec<&str> = text
-                        .lines()
-                        .rev()
-                        .filter(|l| !l.contains("extension-apiserver-authentication"))
-                        .take(30)
-                        .collect();
-                    report!(
-                        "--- end of {log}.log\n{}",
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                    );
+                    report!("--- end of {log}.log\n{}", tail(&cp.log_file(log), 30));
                 }
                 std::panic::resume_unwind(e.into_panic());
             }
         };
+        let status = node.stop();
+        assert!(
+            status.success(),
+            "devcluster node exits cleanly: {status:?}\n{}",
+            tail(&node_log, 40)
+        );
         let times: Vec<String> = checked
             .times
             .iter()
@@ -453,7 +558,6 @@ async fn the_runner_is_a_node_of_a_real_control_plane() {
             times.join(", "),
             t0.elapsed().as_secs_f64()
         );
-        agent.shutdown().await.unwrap();
         cp.shutdown();
     }
     if built == 0 {
@@ -461,4 +565,37 @@ async fn the_runner_is_a_node_of_a_real_control_plane() {
             "SKIP the_runner_is_a_node_of_a_real_control_plane: no Kubernetes built (run scripts/k8s/build.sh)"
         );
     }
+}
+
+/// The node's Lease is renewed (every 10 s) and the Node stays Ready.
+fn keeps_alive(admin: &Path) {
+    let renewed = || {
+        jsonpath(
+            admin,
+            &["lease", "-n", "kube-node-lease", NODE],
+            "{.spec.renewTime}",
+        )
+    };
+    let first = renewed();
+    poll(
+        "a renewal of the node's Lease",
+        Duration::from_secs(20),
+        || {
+            let now = renewed();
+            (!now.is_empty() && now != first).then_some(())
+        },
+    );
+    assert_eq!(
+        jsonpath(
+            admin,
+            &["node", NODE],
+            "{.status.conditions[?(@.type==\"Ready\")].status}"
+        ),
+        "True"
+    );
+    assert_eq!(
+        jsonpath(admin, &["node", NODE], "{.spec.taints}"),
+        "",
+        "no taint"
+    );
 }
