@@ -298,6 +298,11 @@ pub struct NodeOptions {
     /// Folder of image-map files (process mode).
     pub images_dir: PathBuf,
     pub pods: PodRuntime,
+    /// The /16 pods get their addresses from (`10.244.0.0` gives `10.244.0.2` and up); a random
+    /// loopback /16 (127.x.0.0) when unset. A real API server refuses loopback addresses in
+    /// Endpoints and EndpointSlices: a range that is not loopback needs a local route for it
+    /// (docs/devcluster.md, "Node agent").
+    pub pod_ip_base: Option<std::net::Ipv4Addr>,
 }
 
 impl NodeOptions {
@@ -320,6 +325,7 @@ impl NodeOptions {
             state_dir: state_dir.into(),
             images_dir: repo_images_dir(),
             pods: PodRuntime::Process,
+            pod_ip_base: None,
         }
     }
 }
@@ -390,6 +396,7 @@ impl NodeAgentHandle {
             state_dir,
             images_dir,
             pods,
+            pod_ip_base,
         } = options;
         let absolute =
             |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
@@ -441,7 +448,7 @@ impl NodeAgentHandle {
             work_dir,
             logs_dir,
             api_access: Some(api_access),
-            pod_ip_base: pod_ip_range(),
+            pod_ip_base: pod_ip_base.unwrap_or_else(pod_ip_range),
             pods,
             image_cache: devcluster_runner::ImageCache::new(state_dir.join("images")),
             mode: devcluster_runner::Mode::NodeAgent(agent),

@@ -1,13 +1,18 @@
 #![cfg(test)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! devcluster's runner as a node of a real control plane (kube-apiserver, kube-controller-manager,
-//! kube-scheduler and etcd built by scripts/k8s/build.sh): the Node registers and stays Ready,
-//! the real scheduler binds a Deployment's pod to it, the pod runs as a local process with a
-//! 127.x address, the real EndpointSlice controller tries to list that address (and the API
-//! server refuses it: no endpoint may be a loopback address), stock kubectl's logs,
-//! exec and port-forward go through the API server to the node's kubelet API, the pod's
-//! ServiceAccount token authenticates to the API server, and deleting the Deployment stops the
-//! process. Skipped, with a line saying how to build them, when the binaries are not built.
+//! kube-scheduler and etcd built by scripts/k8s/build.sh), through the `devcluster node` binary:
+//! the Node registers and stays Ready (its Lease renewed), the real scheduler binds a
+//! Deployment's pod to it, the pod runs as a local process at its own address, the real
+//! EndpointSlice controller lists that address, stock kubectl's logs, exec, attach and
+//! port-forward go through the API server to the node's kubelet API, the pod's ServiceAccount
+//! token authenticates to the API server, and deleting the Deployment stops the process.
+//!
+//! A real API server refuses loopback addresses in EndpointSlices, so the test runs in a network
+//! namespace of its own where `10.244.0.0/16` is local (a `local` route on its `lo`), and node-a
+//! gives its pods addresses there. A second node, node-b, keeps devcluster's loopback pod
+//! addresses, and the test shows the API server refusing its pod's address.
+//! Skipped, with a line saying how to build them, when the binaries are not built.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -19,6 +24,12 @@ use kube_control_plane::{ControlPlane, ControlPlaneOptions, TESTED_VERSIONS, bin
 use kubeless_testkit::{jsonpath, kubectl, output_text, report};
 
 const NODE: &str = "node-a";
+/// The node whose pods keep loopback addresses.
+const LOOPBACK_NODE: &str = "node-b";
+/// node-a's pod addresses, local in the test's network namespace.
+const POD_RANGE: &str = "10.244.0.0/16";
+/// Set in the test process that runs inside the network namespace: the namespace's name.
+const NETNS_ENV: &str = "DEVCLUSTER_NODE_TEST_NETNS";
 
 const MANIFESTS: &str = r#"
 apiVersion: apps/v1
@@ -30,6 +41,7 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
+      nodeSelector: {kubernetes.io/hostname: node-a}
       containers:
       - name: echo
         image: hashicorp/http-echo:1.0
@@ -44,6 +56,27 @@ spec:
   ports: [{name: http, port: 80, targetPort: http}]
 "#;
 
+/// A pod on the node with loopback pod addresses, behind a Service.
+const LOOPBACK_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: loop, labels: {app: loop}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: node-b}
+  containers:
+  - name: echo
+    image: hashicorp/http-echo:1.0
+    args: ["-text=hello from node-b", "-listen=:5678"]
+    ports: [{name: http, containerPort: 5678}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: loop}
+spec:
+  selector: {app: loop}
+  ports: [{name: http, port: 80, targetPort: http}]
+"#;
+
 /// A container that reads its stdin (`kubectl attach -i`) until EOF.
 const READER: &str = r#"
 apiVersion: v1
@@ -51,6 +84,7 @@ kind: Pod
 metadata: {name: reader}
 spec:
   restartPolicy: Never
+  nodeSelector: {kubernetes.io/hostname: node-a}
   containers:
   - name: main
     image: busybox
@@ -170,16 +204,18 @@ struct Checked {
 fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
     let t0 = Instant::now();
     let mut times = Vec::new();
-    ok(
-        admin,
-        &[
-            "wait",
-            "--for=condition=Ready",
-            &format!("node/{NODE}"),
-            "--timeout=60s",
-        ],
-    );
-    times.push(("node Ready", t0.elapsed()));
+    for node in [NODE, LOOPBACK_NODE] {
+        ok(
+            admin,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                &format!("node/{node}"),
+                "--timeout=60s",
+            ],
+        );
+    }
+    times.push(("nodes Ready", t0.elapsed()));
     let port = jsonpath(
         admin,
         &["node", NODE],
@@ -229,8 +265,8 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
     );
     let pod_ip = jsonpath(admin, &[&pod_ref], "{.status.podIP}");
     assert!(
-        pod_ip.starts_with("127.") && pod_ip != "127.0.0.1",
-        "pod IP {pod_ip:?}"
+        pod_ip.starts_with("10.244."),
+        "pod IP {pod_ip:?} from {POD_RANGE}"
     );
     assert_eq!(
         jsonpath(admin, &[&pod_ref], "{.status.containerStatuses[0].ready}"),
@@ -242,37 +278,66 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
         "the pod answers on its own address"
     );
 
-    // The real EndpointSlice controller reads the pod's status and lists its address, which the
-    // API server refuses: endpoint addresses "may not be in the loopback range". A real control
-    // plane never holds endpoints of pods on 127.x addresses (docs/devcluster.md, "Node agent").
+    // The real EndpointSlice controller reads the pod's status.
     let t2 = Instant::now();
+    let ready_addresses = || {
+        jsonpath(
+            admin,
+            &["endpointslices", "-l", "kubernetes.io/service-name=web"],
+            "{range .items[*].endpoints[*]}{.addresses[0]} {.conditions.ready}{end}",
+        )
+    };
+    let filled = (0..240).any(|_| {
+        ready_addresses() == format!("{pod_ip} true") || {
+            std::thread::sleep(Duration::from_millis(250));
+            false
+        }
+    });
+    assert!(
+        filled,
+        "the Service's EndpointSlice lists {pod_ip}, ready: {:?}\n{}",
+        ready_addresses(),
+        ok(admin, &["get", "events"])
+    );
+    times.push(("EndpointSlice filled", t2.elapsed()));
+
+    // On node-b the pod has a loopback address, which the controller lists and the API server
+    // refuses: endpoint addresses "may not be in the loopback range".
+    let applied = kubectl(admin, &["apply", "-f", "-"], Some(LOOPBACK_POD));
+    assert!(applied.status.success(), "{}", output_text(&applied));
+    ok(
+        admin,
+        &["wait", "--for=condition=Ready", "pod/loop", "--timeout=60s"],
+    );
+    let loop_ip = jsonpath(admin, &["pod/loop"], "{.status.podIP}");
+    assert!(loop_ip.starts_with("127."), "node-b's pod IP {loop_ip:?}");
     let refused = (0..240).any(|_| {
         let events = jsonpath(
             admin,
             &[
                 "events",
                 "--field-selector",
-                "involvedObject.kind=Service,involvedObject.name=web,reason=FailedToUpdateEndpointSlices",
+                "involvedObject.kind=Service,involvedObject.name=loop,reason=FailedToUpdateEndpointSlices",
             ],
             "{.items[*].message}",
         );
-        events.contains(&format!("\"{pod_ip}\": may not be in the loopback range")) || {
+        events.contains(&format!("\"{loop_ip}\": may not be in the loopback range")) || {
             std::thread::sleep(Duration::from_millis(250));
             false
         }
     });
     assert!(
         refused,
-        "the EndpointSlice controller tried to list {pod_ip} and was refused:\n{}",
-        ok(admin, &["get", "events", "-o", "wide"])
+        "the EndpointSlice controller tried to list {loop_ip} and was refused:\n{}",
+        ok(admin, &["get", "events"])
     );
-    times.push(("EndpointSlice update refused", t2.elapsed()));
     let listed = jsonpath(
         admin,
-        &["endpointslices", "-l", "kubernetes.io/service-name=web"],
+        &["endpointslices", "-l", "kubernetes.io/service-name=loop"],
         "{.items[*].endpoints[*].addresses[*]}",
     );
     assert_eq!(listed, "", "no loopback address in an EndpointSlice");
+    ok(admin, &["delete", "pod", "loop", "--wait"]);
 
     // logs, exec and port-forward go API server -> kubelet API.
     let logs = ok(admin, &["logs", &pod]);
@@ -409,56 +474,66 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
     Checked { pod, pod_ip, times }
 }
 
-/// `devcluster node ...` (the binary), logging to `log`; stopped by PID.
+/// `devcluster node ...` (the binary), logging to a file; stopped by PID.
 struct NodeProcess(std::process::Child);
 
 impl NodeProcess {
-    /// SIGTERM, as Ctrl-C: the agent stops its pods and exits.
-    fn stop(mut self) -> std::process::ExitStatus {
+    /// SIGTERM, as Ctrl-C: the agent stops its pods and exits; SIGKILL after 30 s.
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(status)) = self.0.try_wait() {
+            return Some(status);
+        }
         let pid = self.0.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if let Some(status) = self.0.try_wait().unwrap() {
-                return status;
+            if let Ok(Some(status)) = self.0.try_wait() {
+                return Some(status);
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        panic!("devcluster node did not stop within 30 s of SIGTERM");
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        None
     }
 }
 
 impl Drop for NodeProcess {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
+        self.stop();
     }
 }
 
+struct Node<'a> {
+    name: &'a str,
+    pod_ip_range: Option<&'a str>,
+    state: PathBuf,
+    log: PathBuf,
+}
+
 fn start_node(
-    kubeconfig: &Path,
-    cert: &Path,
-    key: &Path,
+    creds: &kube_control_plane::NodeCredentials,
     client_ca: &Path,
-    state: &Path,
-    log: &Path,
+    node: &Node,
 ) -> NodeProcess {
-    let log = std::fs::File::create(log).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_devcluster"))
-        .arg("node")
+    let log = std::fs::File::create(&node.log).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_devcluster"));
+    cmd.arg("node")
         .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--node-name", NODE])
+        .arg(&creds.kubeconfig)
+        .args(["--node-name", node.name])
         .arg("--kubelet-cert")
-        .arg(cert)
+        .arg(&creds.serving.cert_path)
         .arg("--kubelet-key")
-        .arg(key)
+        .arg(&creds.serving.key_path)
         .arg("--client-ca")
         .arg(client_ca)
         .arg("--state-dir")
-        .arg(state)
+        .arg(&node.state);
+    if let Some(range) = node.pod_ip_range {
+        cmd.args(["--pod-ip-range", range]);
+    }
+    let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log)
@@ -479,92 +554,149 @@ fn tail(path: &Path, lines: usize) -> String {
     kept.into_iter().rev().collect::<Vec<_>>().join("\n")
 }
 
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        other => panic!(
+            "ip {args:?} failed ({other:?}): this test makes a network namespace, which needs root and iproute2"
+        ),
+    }
+}
+
+/// Deletes the network namespace when dropped.
+struct Netns(String);
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .status();
+    }
+}
+
+const TEST: &str = "the_runner_is_a_node_of_a_real_control_plane";
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runner_is_a_node_of_a_real_control_plane() {
-    let mut built = 0;
-    for version in TESTED_VERSIONS {
-        if !is_built(&bin_dir(version)) {
+    let versions: Vec<&str> = TESTED_VERSIONS
+        .into_iter()
+        .filter(|v| is_built(&bin_dir(v)))
+        .collect();
+    if std::env::var_os(NETNS_ENV).is_none() {
+        for v in TESTED_VERSIONS.iter().filter(|v| !versions.contains(v)) {
             report!(
-                "SKIP the_runner_is_a_node_of_a_real_control_plane at Kubernetes {version}: not built in {} (run scripts/k8s/build.sh {version})",
-                bin_dir(version).display()
+                "SKIP {TEST} at Kubernetes {v}: not built in {} (run scripts/k8s/build.sh {v})",
+                bin_dir(v).display()
             );
-            continue;
         }
-        built += 1;
-        let dir = tempfile::tempdir().unwrap();
-        let t0 = Instant::now();
-        let cp = ControlPlane::start(ControlPlaneOptions::new(
-            bin_dir(version),
-            dir.path().join("cp"),
-        ))
-        .await
-        .unwrap_or_else(|e| panic!("starting Kubernetes {version}: {e}"));
-        report!("Kubernetes {version} started: {}", cp.times());
-        let creds = cp.node_credentials(NODE).unwrap();
-        let client_ca = dir.path().join("kubelet-client-ca.crt");
-        std::fs::write(&client_ca, &creds.kubelet_client_ca_pem).unwrap();
-        let ca = dir.path().join("ca.crt");
-        std::fs::write(&ca, &creds.ca_pem).unwrap();
-        let state = dir.path().join("node");
-        let node_log = dir.path().join("node.log");
-        let node = start_node(
-            &creds.kubeconfig,
-            &creds.serving.cert_path,
-            &creds.serving.key_path,
-            &client_ca,
-            &state,
-            &node_log,
-        );
-        let admin = cp.admin_kubeconfig().to_path_buf();
-        let server = cp.server_url().to_string();
-        let checked = {
-            let (admin, state, ca) = (admin.clone(), state.clone(), ca.clone());
-            tokio::task::spawn_blocking(move || {
-                let checked = node_checks(&admin, &server, &ca, &state);
-                keeps_alive(&admin);
-                checked
-            })
-            .await
-        };
-        let checked = match checked {
-            Ok(c) => c,
-            Err(e) => {
-                report!("--- end of devcluster node's log\n{}", tail(&node_log, 40));
-                for log in [
-                    "kube-apiserver",
-                    "kube-controller-manager",
-                    "kube-scheduler",
-                ] {
-                    report!("--- end of {log}.log\n{}", tail(&cp.log_file(log), 30));
-                }
-                std::panic::resume_unwind(e.into_panic());
-            }
-        };
-        let status = node.stop();
+        if versions.is_empty() {
+            return;
+        }
+        // Run again inside a network namespace where POD_RANGE is local.
+        let netns = Netns(format!("devcluster-node-test-{}", std::process::id()));
+        ip(&["netns", "add", &netns.0]);
+        ip(&["-n", &netns.0, "link", "set", "lo", "up"]);
+        ip(&[
+            "-n", &netns.0, "route", "add", "local", POD_RANGE, "dev", "lo",
+        ]);
+        let exe = std::env::current_exe().unwrap();
+        let status = Command::new("ip")
+            .args(["netns", "exec", &netns.0])
+            .arg(exe)
+            .args(["--exact", TEST, "--nocapture"])
+            .env(NETNS_ENV, &netns.0)
+            .status()
+            .unwrap();
         assert!(
             status.success(),
-            "devcluster node exits cleanly: {status:?}\n{}",
-            tail(&node_log, 40)
+            "{TEST} in network namespace {}: {status}",
+            netns.0
         );
-        let times: Vec<String> = checked
-            .times
-            .iter()
-            .map(|(what, t)| format!("{what} {:.1} s", t.as_secs_f64()))
-            .collect();
-        report!(
-            "Kubernetes {version}: node agent: pod {} at {}; {}; whole test {:.1} s",
-            checked.pod,
-            checked.pod_ip,
-            times.join(", "),
-            t0.elapsed().as_secs_f64()
-        );
-        cp.shutdown();
+        return;
     }
-    if built == 0 {
-        report!(
-            "SKIP the_runner_is_a_node_of_a_real_control_plane: no Kubernetes built (run scripts/k8s/build.sh)"
+    for version in versions {
+        in_namespace(version).await;
+    }
+}
+
+/// One version, inside the test's network namespace.
+async fn in_namespace(version: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let cp = ControlPlane::start(ControlPlaneOptions::new(
+        bin_dir(version),
+        dir.path().join("cp"),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("starting Kubernetes {version}: {e}"));
+    report!("Kubernetes {version} started: {}", cp.times());
+    let client_ca = dir.path().join("kubelet-client-ca.crt");
+    let ca = dir.path().join("ca.crt");
+    let mut nodes = Vec::new();
+    let mut logs = Vec::new();
+    for (name, range) in [(NODE, Some(POD_RANGE)), (LOOPBACK_NODE, None)] {
+        let creds = cp.node_credentials(name).unwrap();
+        std::fs::write(&client_ca, &creds.kubelet_client_ca_pem).unwrap();
+        std::fs::write(&ca, &creds.ca_pem).unwrap();
+        let node = Node {
+            name,
+            pod_ip_range: range,
+            state: dir.path().join(name),
+            log: dir.path().join(format!("{name}.log")),
+        };
+        nodes.push(start_node(&creds, &client_ca, &node));
+        logs.push(node.log);
+    }
+    let admin = cp.admin_kubeconfig().to_path_buf();
+    let server = cp.server_url().to_string();
+    let state = dir.path().join(NODE);
+    let checked = {
+        let (admin, ca) = (admin.clone(), ca.clone());
+        tokio::task::spawn_blocking(move || {
+            let checked = node_checks(&admin, &server, &ca, &state);
+            keeps_alive(&admin);
+            checked
+        })
+        .await
+    };
+    let checked = match checked {
+        Ok(c) => c,
+        Err(e) => {
+            for log in &logs {
+                report!("--- end of {}\n{}", log.display(), tail(log, 40));
+            }
+            for log in [
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+            ] {
+                report!("--- end of {log}.log\n{}", tail(&cp.log_file(log), 30));
+            }
+            std::panic::resume_unwind(e.into_panic());
+        }
+    };
+    for (mut node, log) in nodes.into_iter().zip(&logs) {
+        let status = node.stop();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "devcluster node exits cleanly on SIGTERM: {status:?}\n{}",
+            tail(log, 40)
         );
     }
+    let times: Vec<String> = checked
+        .times
+        .iter()
+        .map(|(what, t)| format!("{what} {:.1} s", t.as_secs_f64()))
+        .collect();
+    report!(
+        "Kubernetes {version}: node agent: pod {} at {}; {}; whole test {:.1} s",
+        checked.pod,
+        checked.pod_ip,
+        times.join(", "),
+        t0.elapsed().as_secs_f64()
+    );
+    cp.shutdown();
 }
 
 /// The node's Lease is renewed (every 10 s) and the Node stays Ready.

@@ -78,6 +78,12 @@ pub(crate) async fn run(
     if let PodRuntime::Container(rt) = &config.pods {
         crate::container::remove_leftovers(rt, &config.work_dir.to_string_lossy()).await;
     }
+    if config.pod_ip_base.is_loopback() {
+        tracing::warn!(
+            range = %config.pod_ip_base,
+            "pod addresses are loopback: the API server refuses them in Endpoints and EndpointSlices, so Services list no pods of this node"
+        );
+    }
     let listener = kubelet_api::bind(&agent).await?;
     let identity = Identity {
         name: agent.node_name.clone(),

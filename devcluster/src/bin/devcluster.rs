@@ -51,6 +51,11 @@ struct NodeArgs {
     /// Pod folders and logs.
     #[arg(long, env = "DEVCLUSTER_STATE_DIR", default_value = ".devcluster-node")]
     state_dir: PathBuf,
+    /// The /16 pod addresses come from (`10.244.0.0/16`); a random loopback /16 when unset. A
+    /// real API server refuses loopback addresses in EndpointSlices: see docs/devcluster.md,
+    /// "Node agent", for a range that is not loopback.
+    #[arg(long, env = "DEVCLUSTER_POD_IP_RANGE", value_parser = parse_range16)]
+    pod_ip_range: Option<std::net::Ipv4Addr>,
     /// Folder of image-map files; the repository's devcluster/images.d when unset.
     #[arg(long, env = "DEVCLUSTER_IMAGES")]
     images: Option<PathBuf>,
@@ -120,6 +125,17 @@ async fn main() -> ExitCode {
     }
 }
 
+/// `A.B.0.0/16` -> `A.B.0.0`.
+fn parse_range16(s: &str) -> Result<std::net::Ipv4Addr, String> {
+    let bad = || format!("{s:?} is not an IPv4 /16 such as 10.244.0.0/16");
+    let (addr, bits) = s.split_once('/').ok_or_else(bad)?;
+    let addr: std::net::Ipv4Addr = addr.parse().map_err(|_| bad())?;
+    if bits != "16" || u32::from(addr) & 0xFFFF != 0 {
+        return Err(bad());
+    }
+    Ok(addr)
+}
+
 fn pod_runtime(pods: PodsMode, podman: String) -> devcluster::PodRuntime {
     match pods {
         PodsMode::Process => devcluster::PodRuntime::Process,
@@ -138,6 +154,7 @@ async fn node(args: NodeArgs) -> ExitCode {
         client_ca,
         kubelet_bind,
         state_dir,
+        pod_ip_range,
         images,
         pods,
         podman,
@@ -163,6 +180,7 @@ async fn node(args: NodeArgs) -> ExitCode {
     );
     options.kubelet_bind = kubelet_bind;
     options.pods = pod_runtime(pods, podman);
+    options.pod_ip_base = pod_ip_range;
     if let Some(dir) = images {
         options.images_dir = dir;
     }
