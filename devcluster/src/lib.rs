@@ -303,6 +303,8 @@ pub struct NodeOptions {
     /// Endpoints and EndpointSlices: a range that is not loopback needs a local route for it
     /// (docs/devcluster.md, "Node agent").
     pub pod_ip_base: Option<std::net::Ipv4Addr>,
+    /// Lease renewals and status heartbeats (10 s and 60 s by default).
+    pub keep_alive: devcluster_runner::KeepAlive,
 }
 
 impl NodeOptions {
@@ -326,6 +328,7 @@ impl NodeOptions {
             images_dir: repo_images_dir(),
             pods: PodRuntime::Process,
             pod_ip_base: None,
+            keep_alive: devcluster_runner::KeepAlive::default(),
         }
     }
 }
@@ -397,6 +400,7 @@ impl NodeAgentHandle {
             images_dir,
             pods,
             pod_ip_base,
+            keep_alive,
         } = options;
         let absolute =
             |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
@@ -443,6 +447,7 @@ impl NodeAgentHandle {
         }
         let mut agent = devcluster_runner::NodeAgent::new(node_name, tls);
         agent.kubelet_bind = kubelet_bind;
+        agent.keep_alive = keep_alive;
         let config = RunnerConfig {
             image_map,
             work_dir,

@@ -507,6 +507,8 @@ impl Drop for NodeProcess {
 struct Node<'a> {
     name: &'a str,
     pod_ip_range: Option<&'a str>,
+    /// `--pods`: process (the default) or container.
+    pods: &'a str,
     state: PathBuf,
     log: PathBuf,
 }
@@ -533,6 +535,9 @@ fn start_node(
     if let Some(range) = node.pod_ip_range {
         cmd.args(["--pod-ip-range", range]);
     }
+    cmd.args(["--pods", node.pods]);
+    // Heartbeats every 2 s, so the test sees them (60 s by default).
+    cmd.args(["--node-status-period", "2"]);
     let child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -577,6 +582,9 @@ impl Drop for Netns {
 
 const TEST: &str = "the_runner_is_a_node_of_a_real_control_plane";
 
+/// One control plane at a time: each starts four processes on a 2-core machine.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runner_is_a_node_of_a_real_control_plane() {
     let versions: Vec<&str> = TESTED_VERSIONS
@@ -584,6 +592,7 @@ async fn the_runner_is_a_node_of_a_real_control_plane() {
         .filter(|v| is_built(&bin_dir(v)))
         .collect();
     if std::env::var_os(NETNS_ENV).is_none() {
+        let _serial = SERIAL.lock().await;
         for v in TESTED_VERSIONS.iter().filter(|v| !versions.contains(v)) {
             report!(
                 "SKIP {TEST} at Kubernetes {v}: not built in {} (run scripts/k8s/build.sh {v})",
@@ -642,6 +651,7 @@ async fn in_namespace(version: &str) {
         let node = Node {
             name,
             pod_ip_range: range,
+            pods: "process",
             state: dir.path().join(name),
             log: dir.path().join(format!("{name}.log")),
         };
@@ -717,17 +727,154 @@ fn keeps_alive(admin: &Path) {
             (!now.is_empty() && now != first).then_some(())
         },
     );
-    assert_eq!(
+    let ready = |field: &str| {
         jsonpath(
             admin,
             &["node", NODE],
-            "{.status.conditions[?(@.type==\"Ready\")].status}"
-        ),
-        "True"
-    );
+            &format!("{{.status.conditions[?(@.type==\"Ready\")].{field}}}"),
+        )
+    };
+    assert_eq!(ready("status"), "True");
+    // Status heartbeats: the Ready condition's heartbeat moves, its transition stays.
+    let (beat, transition) = (ready("lastHeartbeatTime"), ready("lastTransitionTime"));
+    poll("a status heartbeat", Duration::from_secs(10), || {
+        (ready("lastHeartbeatTime") != beat).then_some(())
+    });
+    assert_eq!(ready("lastTransitionTime"), transition);
     assert_eq!(
         jsonpath(admin, &["node", NODE], "{.spec.taints}"),
         "",
         "no taint"
     );
+}
+
+/// The image scripts/images.sh builds first: a Debian base with a shell.
+const BASE_IMAGE: &str = "localhost/kubeless-rs/debian-base:bookworm";
+
+const CONTAINER_POD: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: boxed}
+spec:
+  containers:
+  - name: main
+    image: localhost/kubeless-rs/debian-base:bookworm
+    imagePullPolicy: Never
+    command: ["sh", "-c", "echo started in a container; exec sleep 600"]
+"#;
+
+/// `devcluster node --pods container`: a pod runs from its image with podman, and logs, exec
+/// and the ServiceAccount volume at its real path work through the real API server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_container_mode_node_runs_pods_from_their_images() {
+    const NAME: &str = "container_mode";
+    if std::env::var_os(NETNS_ENV).is_some() {
+        return;
+    }
+    let Some(version) = TESTED_VERSIONS.into_iter().find(|v| is_built(&bin_dir(v))) else {
+        report!("SKIP {NAME}: no Kubernetes built (run scripts/k8s/build.sh)");
+        return;
+    };
+    let image = Command::new("podman")
+        .args(["image", "exists", BASE_IMAGE])
+        .status();
+    if !image.is_ok_and(|s| s.success()) {
+        report!(
+            "SKIP {NAME}: podman has no {BASE_IMAGE} (install podman and run scripts/images.sh build)"
+        );
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start(ControlPlaneOptions::new(
+        bin_dir(version),
+        dir.path().join("cp"),
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("starting Kubernetes {version}: {e}"));
+    let creds = cp.node_credentials(NODE).unwrap();
+    let client_ca = dir.path().join("kubelet-client-ca.crt");
+    std::fs::write(&client_ca, &creds.kubelet_client_ca_pem).unwrap();
+    let node = Node {
+        name: NODE,
+        pod_ip_range: None,
+        pods: "container",
+        state: dir.path().join("node"),
+        log: dir.path().join("node.log"),
+    };
+    let mut process = start_node(&creds, &client_ca, &node);
+    let admin = cp.admin_kubeconfig().to_path_buf();
+    let checked = tokio::task::spawn_blocking(move || {
+        let t0 = Instant::now();
+        poll("the Node", Duration::from_secs(30), || {
+            (!jsonpath(&admin, &["node", NODE], "{.metadata.name}").is_empty()).then_some(())
+        });
+        ok(
+            &admin,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "node/node-a",
+                "--timeout=60s",
+            ],
+        );
+        let applied = kubectl(&admin, &["apply", "-f", "-"], Some(CONTAINER_POD));
+        assert!(applied.status.success(), "{}", output_text(&applied));
+        let ready = kubectl(
+            &admin,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "pod/boxed",
+                "--timeout=120s",
+            ],
+            None,
+        );
+        assert!(
+            ready.status.success(),
+            "{}\n{}",
+            output_text(&ready),
+            ok(&admin, &["get", "pod", "boxed", "-o", "yaml"])
+        );
+        let running = t0.elapsed();
+        let id = jsonpath(
+            &admin,
+            &["pod/boxed"],
+            "{.status.containerStatuses[0].containerID}",
+        );
+        assert!(id.starts_with("podman://"), "{id}");
+        assert_eq!(ok(&admin, &["logs", "boxed"]), "started in a container\n");
+        let inside = ok(
+            &admin,
+            &[
+                "exec",
+                "boxed",
+                "--",
+                "sh",
+                "-c",
+                "grep ^ID= /etc/os-release; ls /var/run/secrets/kubernetes.io/serviceaccount",
+            ],
+        );
+        assert_eq!(inside, "ID=debian\nca.crt\nnamespace\ntoken\n");
+        ok(&admin, &["delete", "pod", "boxed", "--timeout=60s"]);
+        running
+    })
+    .await;
+    let status = process.stop();
+    match checked {
+        Ok(running) => report!(
+            "Kubernetes {version}: container-mode node: pod Running {:.1} s after the Node appeared",
+            running.as_secs_f64()
+        ),
+        Err(e) => {
+            report!("--- end of devcluster node's log\n{}", tail(&node.log, 40));
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{}",
+        tail(&node.log, 40)
+    );
+    cp.shutdown();
 }

@@ -56,6 +56,14 @@ struct NodeArgs {
     /// "Node agent", for a range that is not loopback.
     #[arg(long, env = "DEVCLUSTER_POD_IP_RANGE", value_parser = parse_range16)]
     pod_ip_range: Option<std::net::Ipv4Addr>,
+    /// Seconds between two status heartbeats of the Node (its Lease is renewed every 10 s).
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "DEVCLUSTER_NODE_STATUS_PERIOD",
+        default_value_t = 60
+    )]
+    node_status_period: u64,
     /// Folder of image-map files; the repository's devcluster/images.d when unset.
     #[arg(long, env = "DEVCLUSTER_IMAGES")]
     images: Option<PathBuf>,
@@ -155,6 +163,7 @@ async fn node(args: NodeArgs) -> ExitCode {
         kubelet_bind,
         state_dir,
         pod_ip_range,
+        node_status_period,
         images,
         pods,
         podman,
@@ -181,6 +190,7 @@ async fn node(args: NodeArgs) -> ExitCode {
     options.kubelet_bind = kubelet_bind;
     options.pods = pod_runtime(pods, podman);
     options.pod_ip_base = pod_ip_range;
+    options.keep_alive.status_report = std::time::Duration::from_secs(node_status_period.max(1));
     if let Some(dir) = images {
         options.images_dir = dir;
     }
