@@ -42,11 +42,31 @@ spec:
     metadata: {labels: {app: web}}
     spec:
       nodeSelector: {kubernetes.io/hostname: node-a}
+      volumes:
+      - name: secret
+        secret: {secretName: web-secret}
       containers:
       - name: echo
         image: hashicorp/http-echo:1.0
         args: ["-text=hello from node-a", "-listen=:5678"]
         ports: [{name: http, containerPort: 5678}]
+        env:
+        - name: GREETING
+          valueFrom: {configMapKeyRef: {name: web-settings, key: greeting}}
+        - name: PASSWORD
+          valueFrom: {secretKeyRef: {name: web-secret, key: password}}
+        - {name: PASSWORD_FILE, value: /etc/web/password}
+        volumeMounts: [{name: secret, mountPath: /etc/web}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: web-settings}
+data: {greeting: bonjour}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: web-secret}
+stringData: {password: s3cret}
 ---
 apiVersion: v1
 kind: Service
@@ -347,6 +367,20 @@ fn node_checks(admin: &Path, server: &str, ca: &Path, state: &Path) -> Checked {
     assert!(tail.starts_with("20"), "a timestamp first: {tail}");
     let hi = ok(admin, &["exec", &pod, "--", "echo", "hi"]);
     assert_eq!(hi, "hi\n");
+    // The ConfigMap and Secret the pod refers to, read by the node (the Node authorizer lets
+    // it read exactly those).
+    let refs = ok(
+        admin,
+        &[
+            "exec",
+            &pod,
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING $PASSWORD; cat $PASSWORD_FILE",
+        ],
+    );
+    assert_eq!(refs, "bonjour s3cret\ns3cret");
     let failed = kubectl(
         admin,
         &["exec", &pod, "--", "sh", "-c", "echo out; exit 3"],
