@@ -260,7 +260,7 @@ async fn stream(
     let pairs = Query::<Vec<(String, String)>>::try_from_uri(req.uri())
         .map(|q| q.0)
         .unwrap_or_default();
-    let mut opts: Options = exec::options(pairs);
+    let mut opts: Options = exec::kubelet_options(pairs);
     opts.container = Some(container.clone());
     if session == Session::Exec && opts.command.is_empty() {
         return text(

@@ -52,20 +52,29 @@ pub struct Options {
     pub tty: bool,
 }
 
-/// Reads the query pairs of an exec or attach request: kubectl asks an API server for `stdin`,
-/// `stdout`, `stderr` and `tty` with `true`; an API server asks a kubelet for `input`,
-/// `output`, `error` and `tty` with `1`.
+/// Reads the query pairs of an exec or attach request to an API server, as kubectl sends them
+/// (`stdin`, `stdout`, `stderr`, `tty`; `true` or `1`).
 pub fn options(pairs: Vec<(String, String)>) -> Options {
+    parse(pairs, ["stdin", "stdout", "stderr"])
+}
+
+/// Reads the query pairs of an exec or attach request to a kubelet, as an API server sends them
+/// (`input`, `output`, `error`, `tty`, each `1`).
+pub fn kubelet_options(pairs: Vec<(String, String)>) -> Options {
+    parse(pairs, ["input", "output", "error"])
+}
+
+fn parse(pairs: Vec<(String, String)>, [stdin, stdout, stderr]: [&str; 3]) -> Options {
     let truthy = |v: &str| v == "true" || v == "1";
     let mut o = Options::default();
     for (k, v) in pairs {
         match k.as_str() {
             "command" => o.command.push(v),
             "container" => o.container = Some(v).filter(|c| !c.is_empty()),
-            "stdin" | "input" => o.stdin = truthy(&v),
-            "stdout" | "output" => o.stdout = truthy(&v),
-            "stderr" | "error" => o.stderr = truthy(&v),
             "tty" => o.tty = truthy(&v),
+            k if k == stdin => o.stdin = truthy(&v),
+            k if k == stdout => o.stdout = truthy(&v),
+            k if k == stderr => o.stderr = truthy(&v),
             _ => {}
         }
     }
@@ -237,10 +246,18 @@ mod tests {
                 "command".into(),
                 "read x; echo $GREETING $x; echo err >&2; exit 4".into(),
             ),
-            ("input".into(), "1".into()),
+            ("stdin".into(), "1".into()),
             ("stdout".into(), "true".into()),
-            ("error".into(), "1".into()),
+            ("stderr".into(), "1".into()),
+            // A kubelet's names mean nothing to an API server.
+            ("output".into(), "0".into()),
         ]);
+        let kubelet = kubelet_options(vec![
+            ("input".into(), "1".into()),
+            ("output".into(), "1".into()),
+            ("stdin".into(), "1".into()),
+        ]);
+        assert!(kubelet.stdin && kubelet.stdout && !kubelet.stderr);
         let (out_tx, mut out_rx) = mpsc::channel(8);
         let (in_tx, in_rx) = mpsc::channel(8);
         in_tx

@@ -241,7 +241,7 @@ where
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::exec::{ContainerProcess, options};
+    use crate::exec::{ContainerProcess, kubelet_options};
     use bytes::BytesMut;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -290,7 +290,7 @@ mod tests {
     #[tokio::test]
     async fn exec_over_spdy_streams_output_and_ends_with_the_exit_status() {
         let (server, client) = tokio::io::duplex(64 * 1024);
-        let opts = options(vec![
+        let opts = kubelet_options(vec![
             ("command".into(), "/bin/sh".into()),
             ("command".into(), "-c".into()),
             ("command".into(), "cat; echo oops >&2; exit 7".into()),
