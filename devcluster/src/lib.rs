@@ -3,6 +3,9 @@
 //! [`DevCluster::start`] starts the in-memory API server (`devcluster-apiserver`) and, unless
 //! switched off, the pod runner (`devcluster-runner`) that turns Deployments, Jobs and CronJobs
 //! into local processes. Integration tests use this library; people use the `devcluster` binary.
+//!
+//! [`NodeAgentHandle::start`] runs the pod runner as a node of a real control plane instead
+//! (`devcluster node`): see docs/devcluster.md, "Node agent".
 
 use std::{
     net::SocketAddr,
@@ -32,6 +35,28 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("reading {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("reading the kubeconfig {path}")]
+    Kubeconfig {
+        path: PathBuf,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("a client for {path}")]
+    Client {
+        path: PathBuf,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the kubeconfig {path} names no CA for its server (certificate-authority or certificate-authority-data)"
+    )]
+    NoCa { path: PathBuf },
 }
 
 /// What to start.
@@ -251,14 +276,209 @@ impl devcluster_apiserver::exec::ExecBackend for RunnerExec {
         pod: &str,
         container: &str,
     ) -> Option<devcluster_apiserver::exec::ContainerProcess> {
-        self.0
-            .get(ns, pod, container)
-            .map(|p| devcluster_apiserver::exec::ContainerProcess {
-                env: p.env,
-                cwd: p.cwd,
-                stdin: p.stdin,
-                stdin_once: p.stdin_once,
-                argv_prefix: p.argv_prefix,
-            })
+        self.0.get(ns, pod, container).map(|p| p.session_process())
+    }
+}
+
+/// What a node agent needs to join a real control plane.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// A kubeconfig as `system:node:NAME` (group `system:nodes`).
+    pub kubeconfig: PathBuf,
+    pub node_name: String,
+    /// Where the kubelet API listens (loopback); port 0 picks a free port, which the Node reports.
+    pub kubelet_bind: SocketAddr,
+    /// The kubelet API's serving certificate and key (PEM files), for 127.0.0.1.
+    pub kubelet_cert: PathBuf,
+    pub kubelet_key: PathBuf,
+    /// The CA (PEM file) of the API server's kubelet client certificate.
+    pub client_ca: PathBuf,
+    /// Pod folders and logs.
+    pub state_dir: PathBuf,
+    /// Folder of image-map files (process mode).
+    pub images_dir: PathBuf,
+    pub pods: PodRuntime,
+    /// The /16 pods get their addresses from (`10.244.0.0` gives `10.244.0.2` and up); a random
+    /// loopback /16 (127.x.0.0) when unset. A real API server refuses loopback addresses in
+    /// Endpoints and EndpointSlices: a range that is not loopback needs a local route for it
+    /// (docs/devcluster.md, "Node agent").
+    pub pod_ip_base: Option<std::net::Ipv4Addr>,
+    /// Lease renewals and status heartbeats (10 s and 60 s by default).
+    pub keep_alive: devcluster_runner::KeepAlive,
+}
+
+impl NodeOptions {
+    /// A node `node_name` with the repository's image map, its state under `state_dir`.
+    pub fn new(
+        kubeconfig: impl Into<PathBuf>,
+        node_name: impl Into<String>,
+        kubelet_cert: impl Into<PathBuf>,
+        kubelet_key: impl Into<PathBuf>,
+        client_ca: impl Into<PathBuf>,
+        state_dir: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            kubeconfig: kubeconfig.into(),
+            node_name: node_name.into(),
+            kubelet_bind: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kubelet_cert: kubelet_cert.into(),
+            kubelet_key: kubelet_key.into(),
+            client_ca: client_ca.into(),
+            state_dir: state_dir.into(),
+            images_dir: repo_images_dir(),
+            pods: PodRuntime::Process,
+            pod_ip_base: None,
+            keep_alive: devcluster_runner::KeepAlive::default(),
+        }
+    }
+}
+
+/// A running node agent.
+pub struct NodeAgentHandle {
+    token: CancellationToken,
+    handle: JoinHandle<Result<(), devcluster_runner::Error>>,
+}
+
+fn read(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The server URL and CA (PEM) of the kubeconfig's current context: what pods get.
+fn api_access(
+    path: &Path,
+    kubeconfig: &kube::config::Kubeconfig,
+) -> Result<devcluster_runner::ApiAccess, Error> {
+    use base64::Engine as _;
+    let context = kubeconfig
+        .current_context
+        .as_deref()
+        .and_then(|name| kubeconfig.contexts.iter().find(|c| c.name == name))
+        .and_then(|c| c.context.as_ref());
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| context.is_none_or(|ctx| c.name == ctx.cluster))
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| Error::NoCa {
+            path: path.to_path_buf(),
+        })?;
+    let ca_pem = match (
+        &cluster.certificate_authority_data,
+        &cluster.certificate_authority,
+    ) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        (None, Some(file)) => Some(read(Path::new(file))?),
+        (None, None) => None,
+    }
+    .ok_or_else(|| Error::NoCa {
+        path: path.to_path_buf(),
+    })?;
+    Ok(devcluster_runner::ApiAccess {
+        server: cluster.server.clone().unwrap_or_default(),
+        ca_pem,
+    })
+}
+
+impl NodeAgentHandle {
+    /// Joins the control plane the kubeconfig names as node `options.node_name`, and runs the
+    /// pods bound to it until [`NodeAgentHandle::shutdown`].
+    pub async fn start(options: NodeOptions) -> Result<Self, Error> {
+        let NodeOptions {
+            kubeconfig,
+            node_name,
+            kubelet_bind,
+            kubelet_cert,
+            kubelet_key,
+            client_ca,
+            state_dir,
+            images_dir,
+            pods,
+            pod_ip_base,
+            keep_alive,
+        } = options;
+        let absolute =
+            |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
+        let state_dir = absolute(state_dir)?;
+        let images_dir = absolute(images_dir)?;
+        let logs_dir = state_dir.join("logs");
+        let work_dir = state_dir.join("pods");
+        for dir in [&state_dir, &logs_dir, &work_dir] {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let image_map = ImageMap::load_dir(&images_dir).map_err(|source| Error::ImageMap {
+            path: images_dir.clone(),
+            source,
+        })?;
+        let tls = devcluster_runner::KubeletTls {
+            cert_pem: read(&kubelet_cert)?,
+            key_pem: read(&kubelet_key)?,
+            client_ca_pem: read(&client_ca)?,
+        };
+        let parsed = kube::config::Kubeconfig::read_from(&kubeconfig).map_err(|source| {
+            Error::Kubeconfig {
+                path: kubeconfig.clone(),
+                source,
+            }
+        })?;
+        let api_access = api_access(&kubeconfig, &parsed)?;
+        let config = kube::Config::from_custom_kubeconfig(parsed, &Default::default())
+            .await
+            .map_err(|source| Error::Kubeconfig {
+                path: kubeconfig.clone(),
+                source,
+            })?;
+        let client = kube::Client::try_from(config).map_err(|source| Error::Client {
+            path: kubeconfig.clone(),
+            source,
+        })?;
+        if let PodRuntime::Container(rt) = &pods
+            && let Err(e) = devcluster_runner::container::check(rt).await
+        {
+            tracing::warn!(podman = %rt.podman, error = %e, "container mode: podman does not run");
+        }
+        let mut agent = devcluster_runner::NodeAgent::new(node_name, tls);
+        agent.kubelet_bind = kubelet_bind;
+        agent.keep_alive = keep_alive;
+        let config = RunnerConfig {
+            image_map,
+            work_dir,
+            logs_dir,
+            api_access: Some(api_access),
+            pod_ip_base: pod_ip_base.unwrap_or_else(pod_ip_range),
+            pods,
+            image_cache: devcluster_runner::ImageCache::new(state_dir.join("images")),
+            mode: devcluster_runner::Mode::NodeAgent(agent),
+            ..RunnerConfig::default()
+        };
+        let token = CancellationToken::new();
+        let handle = tokio::spawn(Runner::run(client, config, token.clone()));
+        Ok(Self { token, handle })
+    }
+
+    /// Whether the agent stopped by itself (it could not start: [`NodeAgentHandle::shutdown`] says why).
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+
+    /// Stops every pod's processes, then the agent. The Node and the pods stay in the API, as
+    /// when a kubelet stops.
+    pub async fn shutdown(self) -> Result<(), devcluster_runner::Error> {
+        self.token.cancel();
+        match self.handle.await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::warn!(error = %e, "node agent task failed");
+                Ok(())
+            }
+        }
     }
 }

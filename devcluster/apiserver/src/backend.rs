@@ -3,27 +3,10 @@
 //! ([`MetricsBackend`]), each in a slot the runner fills once. `exec` and `metrics`
 //! re-export them under their old paths.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-/// The stdin pipe of a running `stdin: true` container; `None` inside once closed.
-pub type ContainerStdin = Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>;
-
-/// The env and working directory a running container's process has, and its stdin
-/// when the container has `stdin: true` (for `kubectl attach -i`).
-#[derive(Debug, Clone)]
-pub struct ContainerProcess {
-    pub env: BTreeMap<String, String>,
-    pub cwd: PathBuf,
-    pub stdin: Option<ContainerStdin>,
-    /// `stdinOnce`: the first attach session to close stdin closes it for good.
-    pub stdin_once: bool,
-    /// When set, the command runs as its arguments (`podman exec --interactive NAME`): a
-    /// container's command runs inside it, not on the host.
-    pub argv_prefix: Vec<String>,
-}
+pub use devcluster_streaming::exec::{ContainerProcess, ContainerStdin};
 
 /// Finds running containers for exec; the pod runner implements it.
 pub trait ExecBackend: Send + Sync + 'static {

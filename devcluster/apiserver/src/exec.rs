@@ -4,62 +4,24 @@
 //! close in v5). The command runs on the host with the running container's env and
 //! working directory, which the pod runner hands over through [`ExecBackend`].
 
-use std::process::Stdio;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::{FromRequestParts, Query, Request};
 use axum::response::{IntoResponse, Response};
+pub use devcluster_streaming::exec::options;
+use devcluster_streaming::exec::{self as core, CLOSE, ERROR, Input, STDIN, Streams};
 use futures::{SinkExt, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use crate::app::App;
 pub use crate::backend::{ContainerProcess, ContainerStdin, ExecBackend};
 use crate::errors::ApiError;
 use crate::registry::GroupResource;
-
-pub(crate) const STDIN: u8 = 0;
-pub(crate) const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
-const ERROR: u8 = 3;
-pub(crate) const CLOSE: u8 = 255;
-
-pub(crate) struct Options {
-    command: Vec<String>,
-    pub(crate) container: Option<String>,
-    pub(crate) stdin: bool,
-    pub(crate) stdout: bool,
-    pub(crate) stderr: bool,
-    pub(crate) tty: bool,
-}
-
-pub(crate) fn options(pairs: Vec<(String, String)>) -> Options {
-    let truthy = |v: &str| v == "true" || v == "1";
-    let mut o = Options {
-        command: Vec::new(),
-        container: None,
-        stdin: false,
-        stdout: false,
-        stderr: false,
-        tty: false,
-    };
-    for (k, v) in pairs {
-        match k.as_str() {
-            "command" => o.command.push(v),
-            "container" => o.container = Some(v).filter(|c| !c.is_empty()),
-            "stdin" => o.stdin = truthy(&v),
-            "stdout" => o.stdout = truthy(&v),
-            "stderr" => o.stderr = truthy(&v),
-            "tty" => o.tty = truthy(&v),
-            _ => {}
-        }
-    }
-    o
-}
 
 /// Picks the container as the real server does: the named one, or the only one.
 pub(crate) fn pick_container(
@@ -126,7 +88,11 @@ pub async fn handle(
     let ws = websocket_upgrade(req, "exec").await?;
     Ok(ws
         .protocols(["v5.channel.k8s.io", "v4.channel.k8s.io"])
-        .on_upgrade(move |socket| run(socket, opts, process))
+        .on_upgrade(move |socket| {
+            over_websocket(socket, move |streams| async move {
+                core::run(&process, &opts, streams).await
+            })
+        })
         .into_response())
 }
 
@@ -187,109 +153,38 @@ pub(crate) fn status_frame(status: &meta::Status) -> Message {
     frame(ERROR, &body)
 }
 
-pub(crate) fn failure(
-    message: String,
-    reason: Option<&str>,
-    exit_code: Option<i32>,
-) -> meta::Status {
-    meta::Status {
-        status: Some("Failure".into()),
-        message: Some(message),
-        reason: reason.map(str::to_string),
-        details: exit_code.map(|code| meta::StatusDetails {
-            causes: Some(vec![meta::StatusCause {
-                reason: Some("ExitCode".into()),
-                message: Some(code.to_string()),
-                field: None,
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-async fn pump(mut from: impl AsyncRead + Unpin, stream: u8, to: mpsc::Sender<Message>) {
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match from.read(&mut buf).await {
-            Ok(0) | Err(_) => return,
-            Ok(n) => {
-                if to.send(frame(stream, &buf[..n])).await.is_err() {
-                    return;
-                }
-            }
-        }
-    }
-}
-
-async fn run(socket: WebSocket, opts: Options, process: ContainerProcess) {
+/// Carries a session's streams over the WebSocket, in the channel protocol: its output as
+/// stdout/stderr messages, the client's stdin (and, in v5, the close of its stdin) as input;
+/// then the session's status on the error channel and a normal closure, which ends every stream
+/// with EOF for client-go (a close without a code is an error to it).
+pub(crate) async fn over_websocket<F, Fut>(socket: WebSocket, session: F)
+where
+    F: FnOnce(Streams) -> Fut,
+    Fut: Future<Output = meta::Status>,
+{
     let (mut sink, mut incoming) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Message>(32);
+    let (out_tx, mut out_rx) = mpsc::channel::<(u8, Bytes)>(32);
+    let (in_tx, in_rx) = mpsc::channel::<Input>(8);
     let writer = tokio::spawn(async move {
-        while let Some(m) = out_rx.recv().await {
-            if sink.send(m).await.is_err() {
-                return;
+        while let Some((stream, data)) = out_rx.recv().await {
+            if sink.send(frame(stream, &data)).await.is_err() {
+                return None;
             }
         }
-        // A normal closure ends every stream with EOF for client-go; a close
-        // without a code is an error to it.
-        let _ = sink
-            .send(Message::Close(Some(CloseFrame {
-                code: close_code::NORMAL,
-                reason: "".into(),
-            })))
-            .await;
+        Some(sink)
     });
-
-    // A container runs the command inside itself (`podman exec ... NAME`), with its own env.
-    let argv: Vec<&String> = process.argv_prefix.iter().chain(&opts.command).collect();
-    let Some((program, args)) = argv.split_first() else {
-        return;
-    };
-    let io = |on: bool| if on { Stdio::piped() } else { Stdio::null() };
-    let mut command = tokio::process::Command::new(program);
-    command.args(args);
-    if process.argv_prefix.is_empty() {
-        command.env_clear().envs(&process.env);
-    }
-    let spawned = command
-        .current_dir(&process.cwd)
-        .stdin(io(opts.stdin))
-        .stdout(io(opts.stdout))
-        .stderr(io(opts.stderr))
-        .kill_on_drop(true)
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let msg = format!("failed to exec in container: starting {program}: {e}");
-            let _ = out_tx.send(status_frame(&failure(msg, None, None))).await;
-            drop(out_tx);
-            let _ = writer.await;
-            return;
-        }
-    };
-    let mut pumps = Vec::new();
-    if let Some(out) = child.stdout.take() {
-        pumps.push(tokio::spawn(pump(out, STDOUT, out_tx.clone())));
-    }
-    if let Some(err) = child.stderr.take() {
-        pumps.push(tokio::spawn(pump(err, STDERR, out_tx.clone())));
-    }
-    let mut stdin = child.stdin.take();
     let reader = tokio::spawn(async move {
         while let Some(Ok(msg)) = incoming.next().await {
             match msg {
                 Message::Binary(b) => match (b.first(), b.get(1)) {
-                    (Some(&STDIN), _) => {
-                        if let Some(s) = stdin.as_mut()
-                            && s.write_all(&b[1..]).await.is_err()
-                        {
-                            stdin = None;
-                        }
+                    (Some(&STDIN), _) if in_tx.send(Input::Stdin(b.slice(1..))).await.is_err() => {
+                        return;
                     }
+                    (Some(&STDIN), _) => {}
                     // v5: the client closed one of its streams; only stdin matters.
-                    (Some(&CLOSE), Some(&STDIN)) => stdin = None,
+                    (Some(&CLOSE), Some(&STDIN)) => {
+                        let _ = in_tx.send(Input::StdinClosed).await;
+                    }
                     _ => {}
                 },
                 Message::Close(_) => return,
@@ -297,35 +192,19 @@ async fn run(socket: WebSocket, opts: Options, process: ContainerProcess) {
             }
         }
     });
-    let status = child.wait().await;
-    for p in pumps {
-        let _ = p.await;
-    }
+    let status = session(Streams {
+        output: out_tx,
+        input: in_rx,
+    })
+    .await;
     reader.abort();
-    let st = match status {
-        Ok(s) if s.success() => meta::Status {
-            status: Some("Success".into()),
-            ..Default::default()
-        },
-        Ok(s) => {
-            use std::os::unix::process::ExitStatusExt;
-            // Killed by a signal: 128 + the signal, as the container runtime reports it.
-            let code = s
-                .code()
-                .or_else(|| s.signal().map(|n| 128 + n))
-                .unwrap_or(137);
-            failure(
-                format!(
-                    "command terminated with non-zero exit code: error executing command [{}], exit code {code}",
-                    opts.command.join(" ")
-                ),
-                Some("NonZeroExitCode"),
-                Some(code),
-            )
-        }
-        Err(e) => failure(format!("waiting for the command: {e}"), None, None),
-    };
-    let _ = out_tx.send(status_frame(&st)).await;
-    drop(out_tx);
-    let _ = writer.await;
+    if let Ok(Some(mut sink)) = writer.await {
+        let _ = sink.send(status_frame(&status)).await;
+        let _ = sink
+            .send(Message::Close(Some(CloseFrame {
+                code: close_code::NORMAL,
+                reason: "".into(),
+            })))
+            .await;
+    }
 }

@@ -33,7 +33,7 @@ pub mod reqctx;
 mod scale;
 pub mod schema;
 pub mod selectors;
-pub mod spdy;
+pub use devcluster_streaming::spdy;
 pub mod store;
 pub mod table;
 

@@ -41,6 +41,14 @@ pub enum Error {
     IpExhausted,
     #[error("serializing status: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("the kubelet API's TLS settings: {0}")]
+    KubeletTls(String),
+    #[error("binding the kubelet API to {addr}: {source}")]
+    Bind {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
@@ -57,6 +65,7 @@ impl Error {
             Error::ContainerConfig { .. } => "CreateContainerConfigError",
             Error::IpExhausted => "IpExhausted",
             Error::Json(_) => "Json",
+            Error::KubeletTls(_) | Error::Bind { .. } => "KubeletApi",
         }
     }
 }

@@ -8,6 +8,11 @@
 //! with its added layers unpacked, [`image_cache`]), or (container mode,
 //! [`PodRuntime::Container`]) from their images with podman. It talks to the API server only through
 //! `kube::Client`. For local development and tests, never production.
+//!
+//! As a node agent ([`Mode::NodeAgent`]) it is a node of a real control plane instead: no
+//! controllers (the kube-controller-manager runs them), only the Pods bound to its node, its
+//! Node object kept alive, and a kubelet API for the API server's logs, exec, attach and
+//! port-forward ([`NodeAgent`]).
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -38,7 +43,9 @@ pub mod image_cache;
 pub mod image_map;
 pub mod job;
 mod kubelet;
+mod kubelet_api;
 mod node;
+mod node_agent;
 pub mod podmetrics;
 pub mod podstatus;
 pub mod probe;
@@ -53,6 +60,8 @@ pub use container::{ContainerRuntime, PodRuntime};
 pub use error::{Error, Result};
 pub use image_cache::ImageCache;
 pub use image_map::{ImageEntry, ImageMap};
+pub use node::KeepAlive;
+pub use node_agent::{KubeletTls, NodeAgent};
 pub use running::{ContainerStdin, RunningContainers, RunningProcess};
 pub use service_account::ApiAccess;
 pub use spec::{ENV_BIND_ADDRESS, ENV_POD_IP};
@@ -102,6 +111,29 @@ pub struct RunnerConfig {
     pub pods: PodRuntime,
     /// Process mode: registry images not in the image map, unpacked once per manifest digest.
     pub image_cache: ImageCache,
+    /// devcluster's runner (every controller, every pod) or a node agent of a real control plane.
+    pub mode: Mode,
+}
+
+/// What the runner is.
+#[derive(Clone, Debug, Default)]
+pub enum Mode {
+    /// devcluster's runner: the Deployment, Job, CronJob, Endpoints and HPA controllers, and
+    /// every Pod of the cluster on its one node, [`NODE_NAME`].
+    #[default]
+    Devcluster,
+    /// A node of a real control plane: only the Pods bound to the node, no controllers.
+    NodeAgent(NodeAgent),
+}
+
+impl RunnerConfig {
+    /// The node the pods run on.
+    pub fn node_name(&self) -> &str {
+        match &self.mode {
+            Mode::Devcluster => NODE_NAME,
+            Mode::NodeAgent(agent) => &agent.node_name,
+        }
+    }
 }
 
 impl Default for RunnerConfig {
@@ -125,6 +157,7 @@ impl Default for RunnerConfig {
             metric_resolution: usage::DEFAULT_RESOLUTION,
             pods: PodRuntime::Process,
             image_cache: ImageCache::new(base.join("images")),
+            mode: Mode::Devcluster,
         }
     }
 }
@@ -134,12 +167,17 @@ pub struct Runner;
 
 impl Runner {
     /// Runs every controller until `shutdown` is cancelled, then kills every
-    /// process it started and returns.
+    /// process it started and returns. As a node agent, runs the node instead
+    /// ([`Mode::NodeAgent`]).
     pub async fn run(
         client: Client,
         config: RunnerConfig,
         shutdown: CancellationToken,
     ) -> Result<()> {
+        if let Mode::NodeAgent(agent) = &config.mode {
+            let agent = agent.clone();
+            return node_agent::run(client, config, agent, shutdown).await;
+        }
         for dir in [&config.work_dir, &config.logs_dir] {
             tokio::fs::create_dir_all(dir)
                 .await
@@ -156,14 +194,15 @@ impl Runner {
         let mut tasks = tokio::task::JoinSet::new();
         let managed = format!("{}={}", ctx::MANAGED_BY_LABEL, ctx::MANAGED_BY);
         let stores = ctx::Stores {
-            pods: reflect::<Pod>(&client, None, &wakers, &watchers, &mut tasks),
-            deployments: reflect::<Deployment>(&client, None, &wakers, &watchers, &mut tasks),
-            services: reflect::<Service>(&client, None, &wakers, &watchers, &mut tasks),
-            jobs: reflect::<Job>(&client, None, &wakers, &watchers, &mut tasks),
-            cronjobs: reflect::<CronJob>(&client, None, &wakers, &watchers, &mut tasks),
+            pods: reflect::<Pod>(&client, None, None, &wakers, &watchers, &mut tasks),
+            deployments: reflect::<Deployment>(&client, None, None, &wakers, &watchers, &mut tasks),
+            services: reflect::<Service>(&client, None, None, &wakers, &watchers, &mut tasks),
+            jobs: reflect::<Job>(&client, None, None, &wakers, &watchers, &mut tasks),
+            cronjobs: reflect::<CronJob>(&client, None, None, &wakers, &watchers, &mut tasks),
             endpoints: reflect::<Endpoints>(
                 &client,
                 Some(&managed),
+                None,
                 &wakers,
                 &watchers,
                 &mut tasks,
@@ -171,11 +210,14 @@ impl Runner {
             slices: reflect::<EndpointSlice>(
                 &client,
                 Some(&managed),
+                None,
                 &wakers,
                 &watchers,
                 &mut tasks,
             ),
-            hpas: reflect::<HorizontalPodAutoscaler>(&client, None, &wakers, &watchers, &mut tasks),
+            hpas: reflect::<HorizontalPodAutoscaler>(
+                &client, None, None, &wakers, &watchers, &mut tasks,
+            ),
         };
         let ready = async {
             let s = &stores;
@@ -243,7 +285,7 @@ impl Runner {
             ctx.config.metric_resolution,
             controllers.clone(),
         ));
-        if let Err(e) = node::register(&ctx.client).await {
+        if let Err(e) = node::register(&ctx.client, &node::Identity::devcluster()).await {
             tracing::warn!(error = %e, "registering the node failed");
         }
         tasks.spawn(hpa::run(
@@ -268,10 +310,12 @@ impl Runner {
     }
 }
 
-/// Starts a reflector for `K` in all namespaces; every event wakes the controllers.
+/// Starts a reflector for `K` in all namespaces (the objects `labels` and `fields` select);
+/// every event wakes the controllers.
 fn reflect<K>(
     client: &Client,
     labels: Option<&str>,
+    fields: Option<&str>,
     wakers: &Arc<ctx::Wakers>,
     stop: &CancellationToken,
     tasks: &mut tokio::task::JoinSet<()>,
@@ -290,6 +334,9 @@ where
     let mut cfg = watcher::Config::default();
     if let Some(l) = labels {
         cfg = cfg.labels(l);
+    }
+    if let Some(f) = fields {
+        cfg = cfg.fields(f);
     }
     let wakers = wakers.clone();
     let stop = stop.clone();

@@ -40,6 +40,19 @@ impl PartialEq for RunningProcess {
     }
 }
 
+impl RunningProcess {
+    /// What an exec or attach session needs of it.
+    pub fn session_process(&self) -> devcluster_streaming::exec::ContainerProcess {
+        devcluster_streaming::exec::ContainerProcess {
+            env: self.env.clone(),
+            cwd: self.cwd.clone(),
+            stdin: self.stdin.clone(),
+            stdin_once: self.stdin_once,
+            argv_prefix: self.argv_prefix.clone(),
+        }
+    }
+}
+
 type Key = (String, String, String);
 
 /// Shared registry, keyed by namespace, pod and container name. Cloning shares it.

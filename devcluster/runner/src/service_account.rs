@@ -26,27 +26,71 @@ pub const MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// What the kubelet asks for; the API server extends such pod-bound tokens to a year.
 const TOKEN_SECONDS: i64 = 3607;
 
+/// Whether the pod carries the token volume a real API server's ServiceAccount admission adds
+/// when the token is to be mounted (a projected `serviceAccountToken` source): a node agent
+/// reads the decision there, as a kubelet does, instead of from the ServiceAccount, which a
+/// node may not read.
+pub fn has_projected_token(pod: &Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .any(|s| s.service_account_token.is_some())
+}
+
+/// A token for ServiceAccount `sa_name` bound to the pod, through the TokenRequest API.
+pub async fn request_token(
+    client: &Client,
+    pod: &Pod,
+    sa_name: &str,
+    audiences: Vec<String>,
+    expiration_seconds: i64,
+) -> Result<String, String> {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences,
+            expiration_seconds: Some(expiration_seconds),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let issued = sas
+        .create_token_request(sa_name, &PostParams::default(), &request)
+        .await
+        .map_err(|e| format!("requesting a token for serviceaccount {ns}/{sa_name}: {e}"))?;
+    Ok(issued.status.map(|s| s.token).unwrap_or_default())
+}
+
 /// Writes the pod's token, CA, namespace and kubeconfig; returns the kubeconfig path, or
-/// `None` when `automountServiceAccountToken` (pod first, then ServiceAccount) is false.
+/// `None` when the token is not to be mounted: `automount` when given, else
+/// `automountServiceAccountToken` (pod first, then ServiceAccount).
 /// An error is the message the containers wait with (`ContainerCreating`).
 pub async fn mount(
     client: &Client,
     access: &ApiAccess,
     pod: &Pod,
     pod_dir: &Path,
+    automount: Option<bool>,
 ) -> Result<Option<PathBuf>, String> {
     let ns = pod.metadata.namespace.clone().unwrap_or_default();
-    let name = pod.metadata.name.clone().unwrap_or_default();
     let spec = pod.spec.clone().unwrap_or_default();
     let sa_name = spec
         .service_account_name
         .clone()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".to_string());
-    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
-    let automount = match spec.automount_service_account_token {
+    let automount = match automount.or(spec.automount_service_account_token) {
         Some(v) => v,
         None => {
+            let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
             let sa = sas
                 .get(&sa_name)
                 .await
@@ -57,24 +101,7 @@ pub async fn mount(
     if !automount {
         return Ok(None);
     }
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: Vec::new(),
-            expiration_seconds: Some(TOKEN_SECONDS),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Pod".into()),
-                name: Some(name.clone()),
-                uid: pod.metadata.uid.clone(),
-            }),
-        },
-        ..Default::default()
-    };
-    let issued = sas
-        .create_token_request(&sa_name, &PostParams::default(), &request)
-        .await
-        .map_err(|e| format!("requesting a token for serviceaccount {ns}/{sa_name}: {e}"))?;
-    let token = issued.status.map(|s| s.token).unwrap_or_default();
+    let token = request_token(client, pod, &sa_name, Vec::new(), TOKEN_SECONDS).await?;
     let dir = pod_dir.join("serviceaccount");
     let kubeconfig = pod_dir.join("kubeconfig");
     let token_path = dir.join("token");

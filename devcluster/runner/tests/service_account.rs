@@ -168,3 +168,45 @@ async fn pod_token_kubeconfig_works_and_is_limited() {
     }
     h.stop().await;
 }
+
+/// A projected volume gets its ConfigMap, downward-API and ServiceAccount-token sources in one
+/// folder, as the kubelet fills the `kube-api-access` volume a real API server adds to pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_volume_holds_a_configmap_the_namespace_and_a_token() {
+    let h = start(Ipv4Addr::new(127, 63, 0, 0), |_| {}).await;
+    let c = &h.client;
+    create(
+        c,
+        Some(NS),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+               "data": {"greeting": "hello", "other": "unused"}}),
+    )
+    .await;
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "projected"},
+        "spec": {"restartPolicy": "Never",
+            "volumes": [{"name": "bundle", "projected": {"defaultMode": 0o440, "sources": [
+                {"configMap": {"name": "settings", "items": [{"key": "greeting", "path": "greeting.txt"}]}},
+                {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                {"serviceAccountToken": {"path": "token", "audience": "vault", "expirationSeconds": 600}}
+            ]}}],
+            "containers": [{"name": "sh", "image": "busybox:1.36",
+                "volumeMounts": [{"name": "bundle", "mountPath": "/bundle"}],
+                "command": ["sh", "-c",
+                    "cat /bundle/greeting.txt; echo; cat /bundle/ns; echo; \
+                     test -s /bundle/token && echo has-token; test -e /bundle/other || echo no-other; \
+                     stat -c %a /bundle/token"]}]}});
+    let pods: Api<Pod> = Api::namespaced(c.clone(), NS);
+    pods.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).unwrap(),
+    )
+    .await
+    .unwrap();
+    let log = finished_log(c, "projected").await;
+    assert_eq!(
+        log.split_whitespace().collect::<Vec<_>>(),
+        ["hello", "default", "has-token", "no-other", "440"],
+        "{log}"
+    );
+    h.stop().await;
+}

@@ -89,7 +89,7 @@ pub(super) async fn run_pod(
         node_name: spec
             .node_name
             .clone()
-            .unwrap_or_else(|| crate::NODE_NAME.to_string()),
+            .unwrap_or_else(|| ctx.config.node_name().to_string()),
         service_account: spec
             .service_account_name
             .clone()
@@ -126,7 +126,7 @@ pub(super) async fn run_pod(
     let volumes = loop {
         let prepared = match prepare_volumes(
             &ctx,
-            &ns,
+            &pod,
             spec.volumes.as_deref().unwrap_or(&[]),
             &pod_dir,
             &facts,
@@ -134,9 +134,18 @@ pub(super) async fn run_pod(
         .await
         {
             Ok(v) => match &ctx.config.api_access {
-                Some(access) => crate::service_account::mount(&ctx.client, access, &pod, &pod_dir)
-                    .await
-                    .map(|kubeconfig| (v, kubeconfig)),
+                Some(access) => {
+                    // A node may not read ServiceAccounts: the API server's admission already
+                    // decided, by adding the token volume or not.
+                    let automount =
+                        matches!(ctx.config.mode, crate::Mode::NodeAgent(_)).then(|| {
+                            spec.automount_service_account_token != Some(false)
+                                && crate::service_account::has_projected_token(&pod)
+                        });
+                    crate::service_account::mount(&ctx.client, access, &pod, &pod_dir, automount)
+                        .await
+                        .map(|kubeconfig| (v, kubeconfig))
+                }
                 None => Ok((v, None)),
             },
             Err(message) => Err(message),

@@ -110,7 +110,7 @@ pub(super) async fn pod_event(
         type_: Some(if warning { "Warning" } else { "Normal" }.into()),
         source: Some(EventSource {
             component: Some("kubelet".into()),
-            host: Some(crate::NODE_NAME.into()),
+            host: Some(env.ctx.config.node_name().to_string()),
         }),
         first_timestamp: Some(now.clone()),
         last_timestamp: Some(now),

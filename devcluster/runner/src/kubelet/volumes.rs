@@ -1,10 +1,12 @@
-//! The files a container sees: its pod's volumes (ConfigMap, Secret, downward API, emptyDir,
-//! hostPath), its working folder, and the ConfigMaps and Secrets its env refers to.
+//! The files a container sees: its pod's volumes (ConfigMap, Secret, downward API, projected,
+//! emptyDir, hostPath), its working folder, and the ConfigMaps and Secrets its env refers to.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, Volume};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, ProjectedVolumeSource, Secret, Volume,
+};
 use kube::Api;
 
 use crate::container::PodRuntime;
@@ -130,14 +132,138 @@ fn materialise(
     Ok(())
 }
 
-/// Creates one folder per volume and fills ConfigMap, Secret and downward-API volumes.
-pub(super) async fn prepare_volumes(
+/// A ConfigMap's data and binary data as bytes; `None` when it does not exist.
+async fn config_map_data(
     ctx: &Ctx,
     ns: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(obj) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let mut data: BTreeMap<String, Vec<u8>> = obj
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    for (k, b) in obj.binary_data.unwrap_or_default() {
+        data.insert(k, b.0);
+    }
+    Ok(Some(data))
+}
+
+/// A Secret's data as bytes; `None` when it does not exist.
+async fn secret_data(
+    ctx: &Ctx,
+    ns: &str,
+    name: &str,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let Some(obj) = api.get_opt(name).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    let mut data: BTreeMap<String, Vec<u8>> = obj
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    for (k, sv) in obj.string_data.unwrap_or_default() {
+        data.insert(k, sv.into_bytes());
+    }
+    Ok(Some(data))
+}
+
+/// Writes downward-API items (field references) into `dir`.
+fn downward_items(
+    dir: &Path,
+    items: &[k8s_openapi::api::core::v1::DownwardAPIVolumeFile],
+    default_mode: Option<i32>,
+    facts: &PodFacts,
+) -> Result<(), String> {
+    for item in items {
+        let value = item
+            .field_ref
+            .as_ref()
+            .and_then(|f| crate::spec::field_value(f, facts))
+            .unwrap_or_default();
+        if let Some(rel) = safe_rel(&item.path) {
+            write_file(&dir.join(rel), value.as_bytes(), item.mode.or(default_mode))?;
+        }
+    }
+    Ok(())
+}
+
+/// Fills a projected volume from its sources, as the kubelet does; the token of a
+/// `serviceAccountToken` source is requested for the pod's ServiceAccount and bound to the pod.
+async fn project(
+    ctx: &Ctx,
+    pod: &Pod,
+    dir: &Path,
+    projected: &ProjectedVolumeSource,
+    facts: &PodFacts,
+) -> Result<(), String> {
+    let ns = &facts.namespace;
+    let mode = projected.default_mode;
+    for source in projected.sources.iter().flatten() {
+        if let Some(cm) = &source.config_map {
+            match config_map_data(ctx, ns, &cm.name).await? {
+                Some(data) => materialise(dir, &data, cm.items.as_deref(), mode)
+                    .map_err(|e| format!("configmap {:?}: {e}", cm.name))?,
+                None if cm.optional == Some(true) => {}
+                None => return Err(format!("configmap {:?} not found", cm.name)),
+            }
+        }
+        if let Some(secret) = &source.secret {
+            match secret_data(ctx, ns, &secret.name).await? {
+                Some(data) => materialise(dir, &data, secret.items.as_deref(), mode)
+                    .map_err(|e| format!("secret {:?}: {e}", secret.name))?,
+                None if secret.optional == Some(true) => {}
+                None => return Err(format!("secret {:?} not found", secret.name)),
+            }
+        }
+        if let Some(d) = &source.downward_api {
+            downward_items(dir, d.items.as_deref().unwrap_or(&[]), mode, facts)?;
+        }
+        if let Some(t) = &source.service_account_token {
+            let audiences = t
+                .audience
+                .iter()
+                .filter(|a| !a.is_empty())
+                .cloned()
+                .collect();
+            let token = crate::service_account::request_token(
+                &ctx.client,
+                pod,
+                &facts.service_account,
+                audiences,
+                t.expiration_seconds.unwrap_or(3600),
+            )
+            .await?;
+            if let Some(rel) = safe_rel(&t.path) {
+                write_file(&dir.join(rel), token.as_bytes(), mode)?;
+            }
+        }
+        if source.cluster_trust_bundle.is_some() {
+            tracing::warn!(
+                "clusterTrustBundle volume sources are not supported by devcluster; skipped"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Creates one folder per volume and fills ConfigMap, Secret, downward-API and projected volumes.
+pub(super) async fn prepare_volumes(
+    ctx: &Ctx,
+    pod: &Pod,
     volumes: &[Volume],
     pod_dir: &Path,
     facts: &PodFacts,
 ) -> Result<HashMap<String, PathBuf>, String> {
+    let ns = facts.namespace.as_str();
     let mut out = HashMap::new();
     for v in volumes {
         let dir = pod_dir.join("volumes").join(&v.name);
@@ -150,59 +276,31 @@ pub(super) async fn prepare_volumes(
             .await
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         if let Some(cm) = &v.config_map {
-            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-            match api.get_opt(&cm.name).await.map_err(|e| e.to_string())? {
-                Some(obj) => {
-                    let mut data: BTreeMap<String, Vec<u8>> = obj
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.into_bytes()))
-                        .collect();
-                    for (k, b) in obj.binary_data.unwrap_or_default() {
-                        data.insert(k, b.0);
-                    }
-                    materialise(&dir, &data, cm.items.as_deref(), cm.default_mode)
-                        .map_err(|e| format!("configmap volume {:?}: {e}", v.name))?;
-                }
+            match config_map_data(ctx, ns, &cm.name).await? {
+                Some(data) => materialise(&dir, &data, cm.items.as_deref(), cm.default_mode)
+                    .map_err(|e| format!("configmap volume {:?}: {e}", v.name))?,
                 None if cm.optional == Some(true) => {}
                 None => return Err(format!("configmap {:?} not found", cm.name)),
             }
         } else if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
-            let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-            match api.get_opt(&name).await.map_err(|e| e.to_string())? {
-                Some(obj) => {
-                    let mut data: BTreeMap<String, Vec<u8>> = obj
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect();
-                    for (k, sv) in obj.string_data.unwrap_or_default() {
-                        data.insert(k, sv.into_bytes());
-                    }
-                    materialise(&dir, &data, s.items.as_deref(), s.default_mode)
-                        .map_err(|e| format!("secret volume {:?}: {e}", v.name))?;
-                }
+            match secret_data(ctx, ns, &name).await? {
+                Some(data) => materialise(&dir, &data, s.items.as_deref(), s.default_mode)
+                    .map_err(|e| format!("secret volume {:?}: {e}", v.name))?,
                 None if s.optional == Some(true) => {}
                 None => return Err(format!("secret {name:?} not found")),
             }
         } else if let Some(d) = &v.downward_api {
-            for item in d.items.iter().flatten() {
-                let value = item
-                    .field_ref
-                    .as_ref()
-                    .and_then(|f| crate::spec::field_value(f, facts))
-                    .unwrap_or_default();
-                if let Some(rel) = safe_rel(&item.path) {
-                    write_file(
-                        &dir.join(rel),
-                        value.as_bytes(),
-                        item.mode.or(d.default_mode),
-                    )?;
-                }
-            }
+            downward_items(
+                &dir,
+                d.items.as_deref().unwrap_or(&[]),
+                d.default_mode,
+                facts,
+            )?;
+        } else if let Some(p) = &v.projected {
+            project(ctx, pod, &dir, p, facts)
+                .await
+                .map_err(|e| format!("projected volume {:?}: {e}", v.name))?;
         } else if v.empty_dir.is_some() {
             if matches!(ctx.config.pods, PodRuntime::Container(_)) {
                 // As the kubelet makes it: writable by whatever user the image runs as.

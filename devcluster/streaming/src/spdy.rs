@@ -1,5 +1,5 @@
-//! A small SPDY/3.1 framer, the transport `kubectl port-forward` speaks (see
-//! [`crate::portforward`]): the frame layout of the SPDY/3 draft, with name/value
+//! A small SPDY/3.1 framer, the transport of `kubectl port-forward` and of what a kube-apiserver asks of a kubelet (see
+//! [`crate::portforward`], [`crate::remotecommand`]): the frame layout of the SPDY/3 draft, with name/value
 //! header blocks compressed by one zlib stream per direction primed with the SPDY/3
 //! dictionary. Only what a server of client-go's SPDY streams needs; the decoder
 //! refuses oversized frames and never panics on bad input.
