@@ -6,6 +6,12 @@
 //!
 //! [`NodeAgentHandle::start`] runs the pod runner as a node of a real control plane instead
 //! (`devcluster node`): see docs/devcluster.md, "Node agent".
+//!
+//! With [`Options::kubernetes`] set (`DEVCLUSTER_KUBERNETES=v1.34.4`, the one switch of the
+//! end-to-end tests), [`DevCluster::start`] starts a real control plane built by
+//! `scripts/k8s/build.sh` and this pod runner as its node instead, behind the same API: tests,
+//! scripts and `devcluster up` run unchanged against either. See docs/devcluster.md, "The real
+//! control plane".
 
 use std::{
     net::SocketAddr,
@@ -57,6 +63,55 @@ pub enum Error {
         "the kubeconfig {path} names no CA for its server (certificate-authority or certificate-authority-data)"
     )]
     NoCa { path: PathBuf },
+    #[error("Kubernetes {version} is not built in {dir}: run scripts/k8s/build.sh {version}")]
+    NotBuilt { version: String, dir: PathBuf },
+    #[error("starting Kubernetes {version}")]
+    ControlPlane {
+        version: String,
+        #[source]
+        source: kube_control_plane::Error,
+    },
+    #[error(
+        "pod address {addr} is not local here: a real API server refuses loopback pod addresses, so \
+         with a real control plane pods take addresses in {POD_NETWORK}, which must be routed to \
+         the loopback device: run inside scripts/netns.sh (a network namespace with that route)"
+    )]
+    PodNetworkNotLocal {
+        addr: std::net::Ipv4Addr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("copying the kubeconfig to {path}")]
+    CopyKubeconfig {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The environment variable that switches [`Options::for_tests`] (and `devcluster up`) to a real
+/// control plane: a version `scripts/k8s/build.sh` built, `v1.34.4`.
+pub const KUBERNETES_ENV: &str = "DEVCLUSTER_KUBERNETES";
+
+/// The addresses pods and test servers take with a real control plane (a real API server refuses
+/// loopback addresses in Endpoints and EndpointSlices). scripts/netns.sh routes them to `lo` in a
+/// network namespace of their own; each cluster's pods take a /16 of `10.64.0.0`-`10.126.0.0`.
+pub const POD_NETWORK: &str = "10.64.0.0/10";
+
+/// `DEVCLUSTER_KUBERNETES`, when set and not empty.
+pub fn kubernetes_from_env() -> Option<String> {
+    std::env::var(KUBERNETES_ENV).ok().filter(|v| !v.is_empty())
+}
+
+/// Where a test serves what it registers as a pod's address by hand (a function it records):
+/// 127.0.0.1 on devcluster; with a real control plane ([`KUBERNETES_ENV`] set), `10.127.0.1`,
+/// in [`POD_NETWORK`] and outside every cluster's pod range.
+pub fn test_server_ip() -> std::net::IpAddr {
+    if kubernetes_from_env().is_some() {
+        std::net::IpAddr::from([10, 127, 0, 1])
+    } else {
+        std::net::IpAddr::from([127, 0, 0, 1])
+    }
 }
 
 /// What to start.
@@ -77,6 +132,10 @@ pub struct Options {
     /// Pods as local processes (the default) or from their images with podman (container
     /// mode, docs/devcluster.md "Container mode").
     pub pods: PodRuntime,
+    /// A real control plane of this version (`v1.34.4`, built by scripts/k8s/build.sh) in place
+    /// of the devcluster API server, with the pod runner as its node; `bind` and `data_dir` are
+    /// then unused, and the HPA sync period is the controller manager's.
+    pub kubernetes: Option<String>,
 }
 
 impl Options {
@@ -91,6 +150,7 @@ impl Options {
             images_dir: Some(repo_images_dir()),
             hpa_sync_period: std::time::Duration::from_secs(15),
             pods: PodRuntime::Process,
+            kubernetes: kubernetes_from_env(),
         }
     }
 
@@ -117,17 +177,45 @@ fn pod_ip_range() -> std::net::Ipv4Addr {
     std::net::Ipv4Addr::new(127, second, 0, 0)
 }
 
-/// A running devcluster: API server plus (optionally) the pod runner.
-pub struct DevCluster {
-    server: RunningServer,
-    runner: Option<(
-        CancellationToken,
-        JoinHandle<Result<(), devcluster_runner::Error>>,
-    )>,
+/// A running devcluster: API server plus (optionally) the pod runner; or a real control plane
+/// with the pod runner as its node ([`Options::kubernetes`]).
+pub struct DevCluster(Inner);
+
+enum Inner {
+    Dev {
+        server: RunningServer,
+        runner: Option<(
+            CancellationToken,
+            JoinHandle<Result<(), devcluster_runner::Error>>,
+        )>,
+    },
+    Kubernetes(Box<RealCluster>),
+}
+
+/// A real control plane, the pod runner as its node (none without an image map), and the
+/// kubeconfig handed out.
+struct RealCluster {
+    version: String,
+    control_plane: kube_control_plane::ControlPlane,
+    node: Option<NodeAgentHandle>,
+    kubeconfig: PathBuf,
+}
+
+/// A /16 of [`POD_NETWORK`] for one real cluster's pods (`10.64.0.0`-`10.126.0.0`), at random,
+/// so clusters side by side in one network namespace never share pod addresses.
+fn real_pod_range() -> std::net::Ipv4Addr {
+    use std::hash::BuildHasher as _;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    std::net::Ipv4Addr::new(10, 64 + u8::try_from(seed % 63).unwrap_or(0), 0, 0)
 }
 
 impl DevCluster {
     pub async fn start(options: Options) -> Result<Self, Error> {
+        if let Some(version) = options.kubernetes.clone() {
+            return start_real(options, version)
+                .await
+                .map(|c| Self(Inner::Kubernetes(Box::new(c))));
+        }
         let Options {
             bind,
             data_dir,
@@ -136,6 +224,7 @@ impl DevCluster {
             images_dir,
             hpa_sync_period,
             pods,
+            kubernetes: _,
         } = options;
         // Pods run in their own folders and mount volumes by path: a relative state dir would
         // point somewhere else from inside each pod, so every path is made absolute first.
@@ -202,33 +291,173 @@ impl DevCluster {
                 Some((token, handle))
             }
         };
-        Ok(Self { server, runner })
+        Ok(Self(Inner::Dev { server, runner }))
     }
 
+    /// The API server's address.
     pub fn addr(&self) -> SocketAddr {
-        self.server.addr()
+        match &self.0 {
+            Inner::Dev { server, .. } => server.addr(),
+            Inner::Kubernetes(real) => real
+                .control_plane
+                .server_url()
+                .trim_start_matches("https://")
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 443))),
+        }
     }
 
     pub fn kubeconfig_path(&self) -> &Path {
-        self.server.kubeconfig_path()
+        match &self.0 {
+            Inner::Dev { server, .. } => server.kubeconfig_path(),
+            Inner::Kubernetes(real) => &real.kubeconfig,
+        }
+    }
+
+    /// The real control plane's Kubernetes version; `None` for devcluster's API server.
+    pub fn kubernetes_version(&self) -> Option<&str> {
+        match &self.0 {
+            Inner::Dev { .. } => None,
+            Inner::Kubernetes(real) => Some(&real.version),
+        }
+    }
+
+    /// The real control plane, when this is one ([`Options::kubernetes`]).
+    pub fn control_plane(&self) -> Option<&kube_control_plane::ControlPlane> {
+        match &self.0 {
+            Inner::Dev { .. } => None,
+            Inner::Kubernetes(real) => Some(&real.control_plane),
+        }
     }
 
     pub async fn client(&self) -> Result<kube::Client, Error> {
-        self.server.client().await.map_err(Error::ApiServer)
+        match &self.0 {
+            Inner::Dev { server, .. } => server.client().await.map_err(Error::ApiServer),
+            Inner::Kubernetes(real) => Ok(real.control_plane.client()),
+        }
     }
 
-    /// Stops the runner first (it kills every process it started), then the API server.
+    /// Stops the runner first (it kills every process it started), then the API server (with
+    /// a real control plane: the node agent, then the control plane's processes).
     pub async fn shutdown(self) {
-        if let Some((token, handle)) = self.runner {
-            token.cancel();
-            match handle.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "pod runner stopped with an error"),
-                Err(e) => tracing::warn!(error = %e, "pod runner task failed"),
+        match self.0 {
+            Inner::Dev { server, runner } => {
+                if let Some((token, handle)) = runner {
+                    token.cancel();
+                    match handle.await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "pod runner stopped with an error")
+                        }
+                        Err(e) => tracing::warn!(error = %e, "pod runner task failed"),
+                    }
+                }
+                server.shutdown().await;
+            }
+            Inner::Kubernetes(real) => {
+                let RealCluster {
+                    control_plane,
+                    node,
+                    ..
+                } = *real;
+                if let Some(node) = node
+                    && let Err(e) = node.shutdown().await
+                {
+                    tracing::warn!(error = %e, "node agent stopped with an error");
+                }
+                // Stopping waits for each process (up to 10 s): off the async threads.
+                let stopped = tokio::task::spawn_blocking(move || control_plane.shutdown()).await;
+                if let Err(e) = stopped {
+                    tracing::warn!(error = %e, "stopping the control plane failed");
+                }
             }
         }
-        self.server.shutdown().await;
     }
+}
+
+/// [`DevCluster::start`] with [`Options::kubernetes`]: the control plane under
+/// `STATE_DIR/control-plane`, then (with an image map) the pod runner as node `devcluster`.
+async fn start_real(options: Options, version: String) -> Result<RealCluster, Error> {
+    let Options {
+        kubeconfig_path,
+        state_dir,
+        images_dir,
+        pods,
+        ..
+    } = options;
+    let bins = kube_control_plane::bin_dir(&version);
+    if !kube_control_plane::is_built(&bins) {
+        return Err(Error::NotBuilt { version, dir: bins });
+    }
+    let state_dir = std::path::absolute(&state_dir).map_err(|source| Error::Dir {
+        path: state_dir.clone(),
+        source,
+    })?;
+    // Pods must be reachable at addresses a real API server accepts: checked before anything
+    // starts, so the error says what to do instead of a pod that never gets an endpoint.
+    let pod_base = real_pod_range();
+    let probe = std::net::Ipv4Addr::from(u32::from(pod_base) + 1);
+    std::net::TcpListener::bind((probe, 0)).map_err(|source| Error::PodNetworkNotLocal {
+        addr: probe,
+        source,
+    })?;
+    let control_plane = kube_control_plane::ControlPlane::start(
+        kube_control_plane::ControlPlaneOptions::new(bins, state_dir.join("control-plane")),
+    )
+    .await
+    .map_err(|source| Error::ControlPlane {
+        version: version.clone(),
+        source,
+    })?;
+    tracing::info!(%version, times = %control_plane.times(), "real control plane ready");
+    let kubeconfig = match kubeconfig_path {
+        None => control_plane.admin_kubeconfig().to_path_buf(),
+        Some(path) => {
+            std::fs::copy(control_plane.admin_kubeconfig(), &path).map_err(|source| {
+                Error::CopyKubeconfig {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            path
+        }
+    };
+    let node = match images_dir {
+        None => None,
+        Some(images_dir) => {
+            let creds = control_plane
+                .node_credentials(devcluster_runner::NODE_NAME)
+                .map_err(|source| Error::ControlPlane {
+                    version: version.clone(),
+                    source,
+                })?;
+            let client_ca = state_dir.join("kubelet-client-ca.crt");
+            std::fs::write(&client_ca, &creds.kubelet_client_ca_pem).map_err(|source| {
+                Error::Dir {
+                    path: client_ca.clone(),
+                    source,
+                }
+            })?;
+            let mut node = NodeOptions::new(
+                creds.kubeconfig,
+                devcluster_runner::NODE_NAME,
+                creds.serving.cert_path,
+                creds.serving.key_path,
+                client_ca,
+                state_dir.clone(),
+            );
+            node.images_dir = images_dir;
+            node.pods = pods;
+            node.pod_ip_base = Some(pod_base);
+            Some(NodeAgentHandle::start(node).await?)
+        }
+    };
+    Ok(RealCluster {
+        version,
+        control_plane,
+        node,
+        kubeconfig,
+    })
 }
 
 /// `metrics.k8s.io` serves what the runner measures.

@@ -153,12 +153,7 @@ async fn as_default_sa(c: &TestCluster, ns: &str) -> Client {
         .status
         .unwrap()
         .token;
-    let kubeconfig = kube::config::Kubeconfig::read_from(c.cluster.kubeconfig_path()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    config.auth_info.token = Some(token.into());
-    Client::try_from(config).unwrap()
+    kubeless_testkit::client_with_token(c.cluster.kubeconfig_path(), token).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -184,6 +184,41 @@ fn quantity_value(v: &Value) -> Option<f64> {
     }
 }
 
+/// The Pod's QoS class, as the real API server sets `status.qosClass` at creation: BestEffort
+/// when no container (init containers included) requests or limits cpu or memory; Guaranteed
+/// when every container limits both and every request equals its limit (a missing request is
+/// its limit, as defaulting makes it); Burstable otherwise.
+pub(crate) fn pod_qos_class(pod: &Value) -> &'static str {
+    let containers = ["initContainers", "containers"].into_iter().flat_map(|k| {
+        pod.pointer(&format!("/spec/{k}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+    });
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in containers {
+        let get = |kind: &str, res: &str| {
+            c.pointer(&format!("/resources/{kind}/{res}"))
+                .and_then(quantity_value)
+                .filter(|q| *q != 0.0)
+        };
+        for res in ["cpu", "memory"] {
+            let (request, limit) = (get("requests", res), get("limits", res));
+            any |= request.is_some() || limit.is_some();
+            match limit {
+                None => guaranteed = false,
+                Some(l) => guaranteed &= request.is_none_or(|r| r == l),
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
+    }
+}
+
 const QUANTITY_MSG: &str =
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
 

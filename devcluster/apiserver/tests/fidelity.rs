@@ -667,3 +667,69 @@ async fn field_ref_api_version_defaults_to_v1() {
     let v = serde_json::to_value(&created).unwrap();
     assert_defaulted(&v["spec"]["jobTemplate"]["spec"]["template"]["spec"]);
 }
+
+/// The real server sets a Pod's `status.qosClass` when it is created, from its containers'
+/// requests and limits, and refuses a status write that changes it (a kubelet that reported
+/// BestEffort for every pod had all its status writes refused by a real server).
+#[tokio::test]
+async fn pod_qos_class_is_set_at_creation_and_immutable() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    let server = start(ServerConfig::default()).await.unwrap();
+    let client = server.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let cases = [
+        ("best-effort", json!({}), None, "BestEffort"),
+        (
+            "burstable",
+            json!({"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}),
+            None,
+            "Burstable",
+        ),
+        // Requests left out are the limits; 1 and 1000m are the same cpu.
+        (
+            "guaranteed",
+            json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1000m", "memory": "64Mi"}}),
+            None,
+            "Guaranteed",
+        ),
+        // An init container without limits makes the pod Burstable.
+        (
+            "init-burstable",
+            json!({"limits": {"cpu": "1", "memory": "64Mi"}}),
+            Some(json!({"requests": {"cpu": "10m"}})),
+            "Burstable",
+        ),
+    ];
+    for (name, resources, init, want) in cases {
+        let mut spec =
+            json!({"containers": [{"name": "c", "image": "busybox", "resources": resources}]});
+        if let Some(init) = init {
+            spec["initContainers"] = json!([{"name": "i", "image": "busybox", "resources": init}]);
+        }
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+        let created = pods.create(&PostParams::default(), &pod).await.unwrap();
+        let qos = created.status.and_then(|s| s.qos_class);
+        assert_eq!(qos.as_deref(), Some(want), "{name}");
+    }
+    // A status write that keeps it is fine; one that changes it is a 422 naming the field.
+    let keep = json!({"status": {"phase": "Running"}});
+    pods.patch_status("burstable", &PatchParams::default(), &Patch::Merge(&keep))
+        .await
+        .unwrap();
+    let change = json!({"status": {"qosClass": "BestEffort"}});
+    let err = pods
+        .patch_status("burstable", &PatchParams::default(), &Patch::Merge(&change))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains("status.qosClass") && status.message.contains("field is immutable"),
+        "{}",
+        status.message
+    );
+}

@@ -225,7 +225,8 @@ pub fn compute_status(rt: &PodRt, previous: Option<&[PodCondition]>, now: Timest
         init_container_statuses: (!rt.init.is_empty())
             .then(|| rt.init.iter().map(ContainerRt::to_api).collect()),
         container_statuses: Some(rt.main.iter().map(ContainerRt::to_api).collect()),
-        qos_class: Some("BestEffort".to_string()),
+        // Set by the API server at creation and immutable: a merge patch leaves it.
+        qos_class: None,
         reason,
         message,
         ..Default::default()

@@ -114,6 +114,12 @@ struct UpArgs {
     /// The podman program container mode runs.
     #[arg(long, env = "DEVCLUSTER_PODMAN", default_value = "podman")]
     podman: String,
+    /// Start a real Kubernetes control plane of this version (built by scripts/k8s/build.sh:
+    /// etcd, kube-apiserver, kube-controller-manager, kube-scheduler) in place of devcluster's
+    /// API server, with the pod runner as its node. Pods then take addresses in 10.64.0.0/10:
+    /// run inside scripts/netns.sh. --bind, --data-dir and --hpa-sync-period are then unused.
+    #[arg(long, value_name = "VERSION", env = "DEVCLUSTER_KUBERNETES")]
+    kubernetes: Option<String>,
     /// Log filter (RUST_LOG syntax).
     #[arg(long, env = "DEVCLUSTER_LOG", default_value = "info")]
     log: String,
@@ -231,6 +237,7 @@ async fn up(args: UpArgs) -> ExitCode {
         hpa_sync_period,
         pods,
         podman,
+        kubernetes,
         log,
     } = args;
     tracing_subscriber::fmt()
@@ -255,6 +262,7 @@ async fn up(args: UpArgs) -> ExitCode {
         },
         hpa_sync_period: std::time::Duration::from_secs(hpa_sync_period.max(1)),
         pods: pod_runtime(pods, podman),
+        kubernetes: kubernetes.filter(|v| !v.is_empty()),
     };
     let cluster = match DevCluster::start(options).await {
         Ok(c) => c,

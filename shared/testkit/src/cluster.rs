@@ -102,6 +102,23 @@ impl TestCluster {
             };
             crds.create(&PostParams::default(), &crd).await.unwrap();
         }
+        // A real API server serves a new CRD's objects only once it is Established.
+        for crd in kubeless_api::all() {
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            crate::eventually(
+                &format!("CRD {name} Established"),
+                std::time::Duration::from_secs(30),
+                || async {
+                    let crd = crds.get(&name).await.ok()?;
+                    crd.status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(())
+                },
+            )
+            .await;
+        }
         Self {
             cluster,
             client,
@@ -130,6 +147,21 @@ impl TestCluster {
     pub async fn shutdown(self) {
         self.cluster.shutdown().await;
     }
+}
+
+/// A client of the cluster `kubeconfig` names that authenticates with `token` alone (a
+/// ServiceAccount's): the kubeconfig's own credentials, such as the admin client certificate of a
+/// real control plane, are dropped, or they would authenticate the requests instead.
+pub async fn client_with_token(kubeconfig: &std::path::Path, token: String) -> Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..Default::default()
+    };
+    Client::try_from(config).unwrap()
 }
 
 /// The CRD of `K` with the schema of `spec.<field>` replaced by `schema` and the spec's CEL

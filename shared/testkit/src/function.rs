@@ -80,7 +80,7 @@ impl Received {
 
 type Behaviour = Arc<dyn Fn(&http::HeaderMap, &Bytes, u32) -> Reply + Send + Sync>;
 
-/// A function server on 127.0.0.1 (HTTP/1.1 and HTTP/2), stopped on drop.
+/// A function server on [`devcluster::test_server_ip`] (HTTP/1.1 and HTTP/2), stopped on drop.
 pub struct RecordingFunction {
     pub addr: SocketAddr,
     got: Arc<Mutex<Vec<Received>>>,
@@ -94,7 +94,16 @@ impl RecordingFunction {
         behaviour: impl Fn(&http::HeaderMap, &Bytes, u32) -> Reply + Send + Sync + 'static,
     ) -> Self {
         let behaviour: Behaviour = Arc::new(behaviour);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // The address a pod would have: loopback on devcluster, 10.127.0.1 with a real control
+        // plane (which refuses loopback endpoint addresses).
+        let listener = tokio::net::TcpListener::bind((devcluster::test_server_ip(), 0))
+            .await
+            .unwrap_or_else(|e| {
+                panic!(
+                    "binding {}: {e} (with a real control plane, run inside scripts/netns.sh)",
+                    devcluster::test_server_ip()
+                )
+            });
         let addr = listener.local_addr().unwrap();
         let got: Arc<Mutex<Vec<Received>>> = Arc::default();
         let seen: Arc<Mutex<HashMap<Bytes, u32>>> = Arc::default();

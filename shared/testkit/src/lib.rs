@@ -23,8 +23,8 @@ pub use brokers::{MOTO_REGION, Moto, NatsServer, RedisServer, Tansu, seq_less};
 #[cfg(feature = "kinesis")]
 pub use brokers::{create_stream, put_record, read_stream};
 pub use cluster::{
-    NS, Namespaced, TestCluster, TestDir, create, create_aws_secret, invalid_spec_reported,
-    loosened_crd, register_function, wait_ready, wait_ready_in,
+    NS, Namespaced, TestCluster, TestDir, client_with_token, create, create_aws_secret,
+    invalid_spec_reported, loosened_crd, register_function, wait_ready, wait_ready_in,
 };
 pub use function::{Received, RecordingFunction, Reply};
 pub use kubectl::{jsonpath, kubectl, kubectl_cmd, output_text};

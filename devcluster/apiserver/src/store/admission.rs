@@ -308,7 +308,8 @@ impl Store {
                 obj["type"] = json!("Opaque");
             }
             ("", "pods") => {
-                obj["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                let qos = crate::builtin::pod_qos_class(obj);
+                obj["status"] = json!({"phase": "Pending", "qosClass": qos});
             }
             ("", "services") => {
                 obj["status"] = json!({"loadBalancer": {}});

@@ -158,6 +158,23 @@ impl Store {
                 }
             }
             obj = merged;
+            // The one status field a Pod's status writes may not change (ValidatePodStatusUpdate).
+            if def.gr.group.is_empty() && def.gr.resource == "pods" {
+                let qos = |o: &Value| o.pointer("/status/qosClass").cloned();
+                if let (Some(old), new) = (qos(cur), qos(&obj))
+                    && new.as_ref() != Some(&old)
+                {
+                    let shown = new.map(|v| v.to_string()).unwrap_or_else(|| "\"\"".into());
+                    return Err(ApiError::invalid(
+                        &def.kind,
+                        &def.gr.group,
+                        &name,
+                        &[format!(
+                            "status.qosClass: Invalid value: {shown}: field is immutable"
+                        )],
+                    ));
+                }
+            }
         } else {
             if def.status {
                 match cur.get("status") {
