@@ -49,9 +49,8 @@ stage "images: scripts/images.sh build" bash scripts/images.sh build
 # --no-fail-fast: one failing test binary does not hide the results of the others.
 stage "cargo test" cargo test --workspace --locked --no-fail-fast
 # The same end-to-end tests (integration-tests and the quickstart walk ran above on devcluster)
-# on the real control plane, at every version built: DEVCLUSTER_KUBERNETES switches every
-# devcluster they start to etcd, kube-apiserver, kube-controller-manager and kube-scheduler with
-# devcluster's runner as the node, inside a network namespace (scripts/e2e.sh, scripts/netns.sh).
-for v in "${k8s_versions[@]}"; do
-  stage "end-to-end tests on Kubernetes $v" bash scripts/e2e.sh "$v"
-done
+# on the real control plane at every version built, the versions side by side: each runs about
+# half a core, mostly waiting. DEVCLUSTER_KUBERNETES switches every devcluster the tests start to
+# etcd, kube-apiserver, kube-controller-manager and kube-scheduler with devcluster's runner as
+# the node, inside a network namespace (scripts/e2e.sh, scripts/netns.sh).
+stage "end-to-end tests on Kubernetes ${k8s_versions[*]}" bash scripts/e2e.sh "${k8s_versions[@]}"

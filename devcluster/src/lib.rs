@@ -69,7 +69,7 @@ pub enum Error {
     ControlPlane {
         version: String,
         #[source]
-        source: kube_control_plane::Error,
+        source: Box<kube_control_plane::Error>,
     },
     #[error(
         "pod address {addr} is not local here: a real API server refuses loopback pod addresses, so \
@@ -183,7 +183,7 @@ pub struct DevCluster(Inner);
 
 enum Inner {
     Dev {
-        server: RunningServer,
+        server: Box<RunningServer>,
         runner: Option<(
             CancellationToken,
             JoinHandle<Result<(), devcluster_runner::Error>>,
@@ -291,7 +291,10 @@ impl DevCluster {
                 Some((token, handle))
             }
         };
-        Ok(Self(Inner::Dev { server, runner }))
+        Ok(Self(Inner::Dev {
+            server: Box::new(server),
+            runner,
+        }))
     }
 
     /// The API server's address.
@@ -407,7 +410,7 @@ async fn start_real(options: Options, version: String) -> Result<RealCluster, Er
     .await
     .map_err(|source| Error::ControlPlane {
         version: version.clone(),
-        source,
+        source: Box::new(source),
     })?;
     tracing::info!(%version, times = %control_plane.times(), "real control plane ready");
     let kubeconfig = match kubeconfig_path {
@@ -429,7 +432,7 @@ async fn start_real(options: Options, version: String) -> Result<RealCluster, Er
                 .node_credentials(devcluster_runner::NODE_NAME)
                 .map_err(|source| Error::ControlPlane {
                     version: version.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             let client_ca = state_dir.join("kubelet-client-ca.crt");
             std::fs::write(&client_ca, &creds.kubelet_client_ca_pem).map_err(|source| {

@@ -93,6 +93,10 @@ impl TestCluster {
         replace: Option<CustomResourceDefinition>,
     ) -> Self {
         let cluster = devcluster::DevCluster::start(options).await.unwrap();
+        if let (Some(version), Some(cp)) = (cluster.kubernetes_version(), cluster.control_plane()) {
+            // scripts/e2e.sh sums these lines up.
+            crate::report!("Kubernetes {version} started: {}", cp.times());
+        }
         let client = cluster.client().await.unwrap();
         let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
         for crd in kubeless_api::all() {
