@@ -94,6 +94,11 @@ ensure_tools() {
   ensure_cmd kubectl kubernetes-client
   ensure_cmd nats-server nats-server
   ensure_cmd redis-server redis-server
+  # scripts/netns.sh (the end-to-end tests on a real control plane): network namespaces, a veth
+  # pair, a masquerading nft table, and nsenter to enter only the network namespace.
+  ensure_cmd ip iproute2
+  ensure_cmd nft nftables
+  ensure_cmd nsenter util-linux
   # Headless chromium and its WebDriver (the dashboard's browser test, cli/tests/dashboard.rs).
   ensure_cmd chromium chromium
   ensure_cmd chromedriver chromium-driver
