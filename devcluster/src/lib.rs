@@ -166,13 +166,37 @@ pub fn repo_images_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("images.d")
 }
 
+/// `p` made absolute: pods run in their own folders and mount volumes by path, so a relative
+/// path would point somewhere else from inside each pod.
+fn absolute(p: PathBuf) -> Result<PathBuf, Error> {
+    std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source })
+}
+
+/// Creates `state_dir` with its `logs` and `pods` folders; returns those two.
+fn state_folders(state_dir: &Path) -> Result<(PathBuf, PathBuf), Error> {
+    let logs_dir = state_dir.join("logs");
+    let work_dir = state_dir.join("pods");
+    for dir in [state_dir, &logs_dir, &work_dir] {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+    }
+    Ok((logs_dir, work_dir))
+}
+
+/// A random number, different in each process (for picking address ranges).
+fn random_seed() -> u64 {
+    use std::hash::BuildHasher as _;
+    std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+}
+
 /// A /16 of loopback addresses for this devcluster's pods, 127.<1..=254>.0.0, picked at random.
 /// Pods of one devcluster never share an address, but two devclusters on one machine (parallel
 /// tests, a test beside `devcluster up`) would if they used the same range, and their pods would
 /// then clash on the same ports.
 fn pod_ip_range() -> std::net::Ipv4Addr {
-    use std::hash::BuildHasher as _;
-    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    let seed = random_seed();
     let second = u8::try_from(seed % 254).unwrap_or(0) + 1;
     std::net::Ipv4Addr::new(127, second, 0, 0)
 }
@@ -204,9 +228,7 @@ struct RealCluster {
 /// A /16 of [`POD_NETWORK`] for one real cluster's pods (`10.64.0.0`-`10.126.0.0`), at random,
 /// so clusters side by side in one network namespace never share pod addresses.
 fn real_pod_range() -> std::net::Ipv4Addr {
-    use std::hash::BuildHasher as _;
-    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
-    std::net::Ipv4Addr::new(10, 64 + u8::try_from(seed % 63).unwrap_or(0), 0, 0)
+    std::net::Ipv4Addr::new(10, 64 + u8::try_from(random_seed() % 63).unwrap_or(0), 0, 0)
 }
 
 impl DevCluster {
@@ -226,22 +248,11 @@ impl DevCluster {
             pods,
             kubernetes: _,
         } = options;
-        // Pods run in their own folders and mount volumes by path: a relative state dir would
-        // point somewhere else from inside each pod, so every path is made absolute first.
-        let absolute =
-            |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
         let state_dir = absolute(state_dir)?;
         let data_dir = data_dir.map(absolute).transpose()?;
         let kubeconfig_path = kubeconfig_path.map(absolute).transpose()?;
         let images_dir = images_dir.map(absolute).transpose()?;
-        let logs_dir = state_dir.join("logs");
-        let work_dir = state_dir.join("pods");
-        for dir in [&state_dir, &logs_dir, &work_dir] {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        let (logs_dir, work_dir) = state_folders(&state_dir)?;
         let server = devcluster_apiserver::start(ServerConfig {
             bind,
             data_dir,
@@ -392,10 +403,7 @@ async fn start_real(options: Options, version: String) -> Result<RealCluster, Er
     if !kube_control_plane::is_built(&bins) {
         return Err(Error::NotBuilt { version, dir: bins });
     }
-    let state_dir = std::path::absolute(&state_dir).map_err(|source| Error::Dir {
-        path: state_dir.clone(),
-        source,
-    })?;
+    let state_dir = absolute(state_dir)?;
     // Pods must be reachable at addresses a real API server accepts: checked before anything
     // starts, so the error says what to do instead of a pod that never gets an endpoint.
     let pod_base = real_pod_range();
@@ -634,18 +642,9 @@ impl NodeAgentHandle {
             pod_ip_base,
             keep_alive,
         } = options;
-        let absolute =
-            |p: PathBuf| std::path::absolute(&p).map_err(|source| Error::Dir { path: p, source });
         let state_dir = absolute(state_dir)?;
         let images_dir = absolute(images_dir)?;
-        let logs_dir = state_dir.join("logs");
-        let work_dir = state_dir.join("pods");
-        for dir in [&state_dir, &logs_dir, &work_dir] {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Dir {
-                path: dir.clone(),
-                source,
-            })?;
-        }
+        let (logs_dir, work_dir) = state_folders(&state_dir)?;
         let image_map = ImageMap::load_dir(&images_dir).map_err(|source| Error::ImageMap {
             path: images_dir.clone(),
             source,
